@@ -1,0 +1,211 @@
+"""Live cluster state: what is free on every node and GPU, and who holds what.
+
+``ClusterState`` is the core's only mutable object. It is rebuilt from the policy's
+inventory plus the live grants (the broker does this on start from its database),
+and updated with :meth:`ClusterState.apply` and :meth:`ClusterState.release`.
+It refuses any change that would over-allocate a GPU, a node or a quota counter,
+so an invariant violation is an exception, never silent corruption.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .model import GPU, UNIT, Grant, Node, Placement, Policy, Pool, SharingMode
+
+
+class CapacityError(ValueError):
+    """A grant does not fit the state it was applied to."""
+
+
+@dataclass
+class GPUState:
+    """Free capacity of one GPU."""
+
+    gpu: GPU
+    node: str
+    capacity_mib: int  # memory that fractions may use (total minus the pool's headroom)
+    used_mib: int = 0
+    used_compute: int = 0  # milli of the GPU's compute
+    holders: int = 0
+    whole: bool = False  # held whole by one grant
+
+    @property
+    def free_mib(self) -> int:
+        return 0 if self.whole else max(0, self.capacity_mib - self.used_mib)
+
+    @property
+    def free_compute(self) -> int:
+        return 0 if self.whole else UNIT - self.used_compute
+
+    @property
+    def idle(self) -> bool:
+        return self.holders == 0
+
+
+@dataclass
+class NodeState:
+    """Free capacity of one node."""
+
+    node: Node
+    pool: Pool
+    gpus: list[GPUState]
+    free_cpu: int
+    free_mem: int
+    cordoned: bool = False
+    by_uuid: dict[str, GPUState] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_uuid = {g.gpu.uuid: g for g in self.gpus}
+
+    @property
+    def idle_gpus(self) -> int:
+        return sum(1 for g in self.gpus if g.idle)
+
+
+def _capacity(gpu: GPU, pool: Pool) -> int:
+    if pool.shares_gpus:
+        return int(gpu.memory_mib * (1.0 - pool.memory_headroom))
+    return gpu.memory_mib
+
+
+class ClusterState:
+    """Free capacity per node and GPU, live grants, and usage per team, user and pool."""
+
+    def __init__(self, policy: Policy, grants: list[Grant] | tuple[Grant, ...] = ()) -> None:
+        self.policy = policy
+        self.nodes: dict[str, NodeState] = {}
+        self.by_pool: dict[str, list[NodeState]] = defaultdict(list)
+        for node in policy.nodes:
+            pool = policy.pool(node.pool)
+            if pool is None:
+                raise ValueError(f"node {node.name} names unknown pool {node.pool!r}")
+            gpus = [GPUState(g, node.name, _capacity(g, pool)) for g in node.gpus]
+            ns = NodeState(node, pool, gpus, node.cpu_milli, node.memory_mib)
+            self.nodes[node.name] = ns
+            self.by_pool[node.pool].append(ns)
+        self.grants: dict[str, Grant] = {}
+        self.usage: dict[tuple[str, str], int] = defaultdict(int)  # (team, pool) -> milli
+        self.borrowed: dict[tuple[str, str], int] = defaultdict(int)
+        self.user_usage: dict[tuple[str, str], int] = defaultdict(int)  # (user, pool) -> milli
+        self.preempting: dict[str, str] = {}  # victim grant id -> request id it makes room for
+        self.version = 0  # bumped on every change; placement indices key on it
+        for grant in grants:
+            self.apply(grant)
+
+    # -- capacity -----------------------------------------------------------------------
+
+    def pool_capacity_milli(self, pool: str) -> int:
+        """Total GPU units of a pool (ignoring cordoned nodes)."""
+        return sum(
+            g.gpu.units_milli for ns in self.by_pool.get(pool, ()) if not ns.cordoned for g in ns.gpus
+        )
+
+    def pool_used_milli(self, pool: str) -> int:
+        return sum(v for (_, p), v in self.usage.items() if p == pool)
+
+    def check(self, grant: Grant) -> None:
+        """Raise :class:`CapacityError` unless ``grant`` fits the current state."""
+        if grant.id in self.grants:
+            raise CapacityError(f"grant {grant.id} is already applied")
+        _check_placement(self, grant)
+
+    # -- changes ------------------------------------------------------------------------
+
+    def apply(self, grant: Grant) -> None:
+        """Record ``grant``; raises :class:`CapacityError` (changing nothing) if it does not fit."""
+        self.check(grant)
+        ns = self.nodes[grant.placement.node]
+        req = grant.request
+        ns.free_cpu -= req.cpu_milli
+        ns.free_mem -= req.memory_mib
+        for sl in grant.placement.slices:
+            gs = ns.by_uuid[sl.gpu_uuid]
+            gs.holders += 1
+            gs.used_mib += sl.memory_mib
+            gs.used_compute += sl.compute_milli
+            if req.gpu.whole:
+                gs.whole = True
+        key = (grant.team, grant.pool)
+        self.usage[key] += grant.units_milli
+        if grant.borrowed:
+            self.borrowed[key] += grant.units_milli
+        self.user_usage[(grant.user, grant.pool)] += grant.units_milli
+        self.grants[grant.id] = grant
+        self.version += 1
+
+    def release(self, grant_id: str) -> Grant:
+        """Forget a grant and return it; raises ``KeyError`` if unknown."""
+        grant = self.grants.pop(grant_id)
+        ns = self.nodes[grant.placement.node]
+        req = grant.request
+        ns.free_cpu += req.cpu_milli
+        ns.free_mem += req.memory_mib
+        for sl in grant.placement.slices:
+            gs = ns.by_uuid[sl.gpu_uuid]
+            gs.holders -= 1
+            gs.used_mib -= sl.memory_mib
+            gs.used_compute -= sl.compute_milli
+            if req.gpu.whole:
+                gs.whole = False
+        key = (grant.team, grant.pool)
+        self.usage[key] -= grant.units_milli
+        if grant.borrowed:
+            self.borrowed[key] -= grant.units_milli
+        self.user_usage[(grant.user, grant.pool)] -= grant.units_milli
+        self.preempting.pop(grant_id, None)
+        self.version += 1
+        return grant
+
+    def cordon(self, node: str, cordoned: bool = True) -> None:
+        """Stop (or resume) placing new grants on ``node``; live grants stay."""
+        self.nodes[node].cordoned = cordoned
+        self.version += 1
+
+    # -- views --------------------------------------------------------------------------
+
+    def grants_in(self, pool: str) -> list[Grant]:
+        return [g for g in self.grants.values() if g.pool == pool]
+
+    def team_used(self, team: str, pool: str) -> int:
+        return self.usage.get((team, pool), 0)
+
+    def team_borrowed(self, team: str, pool: str) -> int:
+        return self.borrowed.get((team, pool), 0)
+
+    def user_used(self, user: str, pool: str) -> int:
+        return self.user_usage.get((user, pool), 0)
+
+
+def _check_placement(state: ClusterState, grant: Grant) -> None:
+    placement: Placement = grant.placement
+    ns = state.nodes.get(placement.node)
+    if ns is None:
+        raise CapacityError(f"unknown node {placement.node!r}")
+    req = grant.request
+    if ns.pool.name != req.pool:
+        raise CapacityError(f"node {ns.node.name} is in pool {ns.pool.name}, not {req.pool}")
+    if req.cpu_milli > ns.free_cpu or req.memory_mib > ns.free_mem:
+        raise CapacityError(f"node {ns.node.name} lacks CPU or RAM for {grant.id}")
+    expected = req.gpu.whole if req.gpu.whole else (1 if req.gpu.is_fraction else 0)
+    uuids = [sl.gpu_uuid for sl in placement.slices]
+    if len(uuids) != expected or len(set(uuids)) != len(uuids):
+        raise CapacityError(f"grant {grant.id} needs {expected} distinct GPU slice(s)")
+    for sl in placement.slices:
+        gs = ns.by_uuid.get(sl.gpu_uuid)
+        if gs is None:
+            raise CapacityError(f"GPU {sl.gpu_uuid} is not on node {ns.node.name}")
+        if req.gpu_models and gs.gpu.model not in req.gpu_models:
+            raise CapacityError(f"GPU {sl.gpu_uuid} is a {gs.gpu.model}, not one of {req.gpu_models}")
+        if req.gpu.whole or ns.pool.mode in (SharingMode.EXCLUSIVE, SharingMode.MIG):
+            if not gs.idle:
+                raise CapacityError(f"GPU {sl.gpu_uuid} is not idle")
+            if sl.memory_mib > gs.gpu.memory_mib:
+                raise CapacityError(f"GPU {sl.gpu_uuid} has only {gs.gpu.memory_mib} MiB")
+            continue
+        if sl.memory_mib > gs.free_mib or sl.compute_milli > gs.free_compute:
+            raise CapacityError(
+                f"GPU {sl.gpu_uuid} has {gs.free_mib} MiB and {gs.free_compute / 10:g}% compute "
+                f"free; {grant.id} needs {sl.memory_mib} MiB and {sl.compute_milli / 10:g}%"
+            )
