@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite. Installs the project into .venv when it is missing, then runs pytest.
+# Exit code 5 (no tests collected) is an error here: the suite must always run something.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[test]"
+fi
+if [ ! -x hub_config/proxy/node_modules/.bin/configurable-http-proxy ]; then
+  (cd hub_config/proxy && npm install --no-audit --no-fund --silent)
+fi
+export PATH="$PWD/.venv/bin:$PWD/hub_config/proxy/node_modules/.bin:$PATH"
+.venv/bin/ruff check jupyter_gpushare tests benchmarks
+.venv/bin/mypy
+exec .venv/bin/python -m pytest -p no:cacheprovider -q "$@"
