@@ -101,8 +101,12 @@ def _cannot_now(pool: Pool, request: Request, reason: str, code: str) -> Decisio
 
 
 def _grant(
-    request: Request, placement: Placement, grant_id: str, borrowed: bool,
-    priority: PriorityClass, now: float,
+    request: Request,
+    placement: Placement,
+    grant_id: str,
+    borrowed: bool,
+    priority: PriorityClass,
+    now: float,
 ) -> Grant:
     return Grant(
         id=grant_id,
@@ -128,7 +132,8 @@ def _limits(
         used = state.user_used(request.user, request.pool)
         if used + request.gpu.units_milli > cap:
             return _cannot_now(
-                pool, request,
+                pool,
+                request,
                 f"user {request.user} holds {units(used):g} GPU in pool {pool.name}; "
                 f"the per-user cap is {units(cap):g} GPU",
                 "user_cap",
@@ -175,7 +180,9 @@ def decide(
         placement = place(state, request)
         if placement is not None:
             grant = _grant(request, placement, grant_id, False, priority, facts.now)
-            return Decision(Outcome.GRANTED, f"granted inside the guarantee; {status}", "guaranteed", grant)
+            return Decision(
+                Outcome.GRANTED, f"granted inside the guarantee; {status}", "guaranteed", grant
+            )
         if pool.queues:
             plan = plan_preemption(state, request, priority.value, facts.now)
             if plan is not None:
@@ -184,10 +191,13 @@ def decide(
                     Outcome.PREEMPTING,
                     f"reclaiming {len(plan.victims)} grant(s) on {plan.placement.node} "
                     f"for team {team.name}'s guarantee",
-                    "preempting", grant, plan.victims,
+                    "preempting",
+                    grant,
+                    plan.victims,
                 )
         return _cannot_now(
-            pool, request,
+            pool,
+            request,
             f"{status}; no GPU in the pool fits {request.gpu.describe()} "
             "and nothing may be preempted for it",
             "no_capacity",
@@ -195,15 +205,19 @@ def decide(
 
     if used + ask > guaranteed + borrow:
         return _cannot_now(
-            pool, request,
+            pool,
+            request,
             f"{status}; borrowing {request.gpu.describe()} would pass its borrow limit "
             f"of {units(borrow):g}",
             "quota",
         )
-    waiting = sorted(t for t, p in facts.waiting_within_guarantee if p == pool.name and t != team.name)
+    waiting = sorted(
+        t for t, p in facts.waiting_within_guarantee if p == pool.name and t != team.name
+    )
     if waiting:
         return _cannot_now(
-            pool, request,
+            pool,
+            request,
             f"{status}; idle capacity is held for team {', '.join(waiting)} waiting for "
             "its guarantee",
             "reserved",
@@ -214,6 +228,7 @@ def decide(
         return Decision(
             Outcome.GRANTED,
             f"granted as borrowed (preemptible) capacity; {status}",
-            "borrowed", grant,
+            "borrowed",
+            grant,
         )
     return _cannot_now(pool, request, f"{status}; no idle GPU to borrow", "no_capacity")

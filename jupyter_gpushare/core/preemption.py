@@ -127,6 +127,9 @@ def plan_preemption(
         )
         if plan is None:
             continue
-        if best is None or (plan.lost_work, len(plan.victims)) < (best.lost_work, len(best.victims)):
+        if best is None or (plan.lost_work, len(plan.victims)) < (
+            best.lost_work,
+            len(best.victims),
+        ):
             best = plan
     return best

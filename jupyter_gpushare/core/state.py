@@ -99,7 +99,10 @@ class ClusterState:
     def pool_capacity_milli(self, pool: str) -> int:
         """Total GPU units of a pool (ignoring cordoned nodes)."""
         return sum(
-            g.gpu.units_milli for ns in self.by_pool.get(pool, ()) if not ns.cordoned for g in ns.gpus
+            g.gpu.units_milli
+            for ns in self.by_pool.get(pool, ())
+            if not ns.cordoned
+            for g in ns.gpus
         )
 
     def pool_used_milli(self, pool: str) -> int:
@@ -197,7 +200,9 @@ def _check_placement(state: ClusterState, grant: Grant) -> None:
         if gs is None:
             raise CapacityError(f"GPU {sl.gpu_uuid} is not on node {ns.node.name}")
         if req.gpu_models and gs.gpu.model not in req.gpu_models:
-            raise CapacityError(f"GPU {sl.gpu_uuid} is a {gs.gpu.model}, not one of {req.gpu_models}")
+            raise CapacityError(
+                f"GPU {sl.gpu_uuid} is a {gs.gpu.model}, not one of {req.gpu_models}"
+            )
         if req.gpu.whole or ns.pool.mode in (SharingMode.EXCLUSIVE, SharingMode.MIG):
             if not gs.idle:
                 raise CapacityError(f"GPU {sl.gpu_uuid} is not idle")

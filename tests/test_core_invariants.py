@@ -1,0 +1,219 @@
+"""Property-based (stateful) tests of the core's invariants.
+
+A random sequence of requests, preemptions and releases runs against one
+``ClusterState``. After every step:
+
+* no GPU holds more memory or compute than it has (fractions stay under the headroom);
+* no node gives out more CPU or RAM than it has;
+* no team is above guarantee + borrow limit in any pool;
+* the usage counters equal what the live grants add up to;
+* victims of a preemption are only borrowed grants of other teams or preemptible
+  lower-priority grants, never an interactive server inside its own guarantee;
+* a request inside its team's guarantee that is not admitted could not have been
+  placed even with every allowed victim gone;
+and at the end releasing everything returns the cluster to empty.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import hypothesis.strategies as st
+from corefactory import policy, request
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from jupyter_gpushare.core.admission import AdmissionFacts, Outcome, decide
+from jupyter_gpushare.core.model import UNIT, Kind, SharingMode
+from jupyter_gpushare.core.placement import place_on_node
+from jupyter_gpushare.core.preemption import _fits_without, is_candidate
+from jupyter_gpushare.core.state import ClusterState
+
+TEAMS = ("a", "b", "c")
+POOLS = {"train": SharingMode.EXCLUSIVE, "shared": SharingMode.SHARED, "debug": SharingMode.DEBUG}
+QUOTAS = {
+    "a": {"train": (3, 2), "shared": (2, 1), "debug": (1, 0)},
+    "b": {"train": (3, 0), "shared": (1, 2), "debug": (1, 0.5)},
+    "c": {"train": (2, 4), "shared": (1, 1), "debug": (0.5, 0.5)},
+}
+PRIORITY_VALUES = {"training": 1000, "interactive": 500, "research": 100}
+
+
+def check_state(state: ClusterState) -> None:
+    """Every capacity and quota invariant of a state."""
+    for ns in state.nodes.values():
+        assert 0 <= ns.free_cpu <= ns.node.cpu_milli
+        assert 0 <= ns.free_mem <= ns.node.memory_mib
+        for gs in ns.gpus:
+            assert gs.used_mib <= gs.gpu.memory_mib
+            assert gs.used_compute <= UNIT
+            if not gs.whole:
+                assert gs.used_mib <= gs.capacity_mib
+    usage: dict[tuple[str, str], int] = defaultdict(int)
+    for grant in state.grants.values():
+        usage[(grant.team, grant.pool)] += grant.units_milli
+    for (team, pool), used in usage.items():
+        assert state.team_used(team, pool) == used
+        quota = state.policy.team(team).quota(pool)  # type: ignore[union-attr]
+        assert quota is not None
+        assert used <= quota.guaranteed_milli + quota.borrow_limit_milli
+
+
+class CoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = ClusterState(policy(QUOTAS, POOLS, node_count=2, gpus=4))
+        self.now = 0.0
+        self.serial = 0
+
+    def _id(self) -> str:
+        self.serial += 1
+        return f"g{self.serial}"
+
+    @rule(
+        team=st.sampled_from(TEAMS),
+        pool=st.sampled_from(sorted(POOLS)),
+        whole=st.integers(0, 3),
+        fraction=st.sampled_from([0.125, 0.25, 0.3, 0.5, 0.8, 1.0]),
+        priority=st.sampled_from(sorted(PRIORITY_VALUES)),
+        batch=st.booleans(),
+    )
+    def ask(self, team: str, pool: str, whole: int, fraction: float, priority: str,
+            batch: bool) -> None:
+        self.now += 60
+        if POOLS[pool] is not SharingMode.SHARED and whole == 0:
+            whole = 1
+        kind = Kind.BATCH if batch else Kind.INTERACTIVE
+        req = request(team, pool, whole=whole, fraction=0.0 if whole else fraction,
+                      priority=priority, kind=kind, checkpointing=True)
+        before = dict(self.state.grants)
+        decision = decide(self.state, req, self._id(), AdmissionFacts(now=self.now))
+        assert dict(self.state.grants) == before, "decide must not change the state"
+        if decision.outcome is Outcome.GRANTED:
+            assert decision.grant is not None
+            self.state.apply(decision.grant)
+        elif decision.outcome is Outcome.PREEMPTING:
+            self._carry_out(req, decision)
+        else:
+            self._check_not_admissible(req, decision)
+
+    def _carry_out(self, req, decision) -> None:  # type: ignore[no-untyped-def]
+        value = PRIORITY_VALUES[req.priority]
+        assert decision.victims
+        for victim_id in decision.victims:
+            victim = self.state.grants[victim_id]
+            assert is_candidate(victim, req, value)
+            assert victim.borrowed or victim.request.kind is not Kind.INTERACTIVE
+            assert victim.borrowed or victim.priority_value < value
+        for victim_id in decision.victims:
+            self.state.release(victim_id)
+        again = decide(self.state, req, self._id(), AdmissionFacts(now=self.now))
+        assert again.outcome is Outcome.GRANTED, again.reason
+        assert again.grant is not None
+        self.state.apply(again.grant)
+
+    def _check_not_admissible(self, req, decision) -> None:  # type: ignore[no-untyped-def]
+        assert decision.reason
+        quota = self.state.policy.team(req.team).quota(req.pool)
+        used = self.state.team_used(req.team, req.pool)
+        inside = used + req.gpu.units_milli <= quota.guaranteed_milli
+        if not inside or decision.code != "no_capacity" or POOLS[req.pool] is SharingMode.DEBUG:
+            return
+        value = PRIORITY_VALUES[req.priority]
+        for ns in self.state.by_pool[req.pool]:
+            gone = [g for g in self.state.grants_in(req.pool)
+                    if g.placement.node == ns.node.name and is_candidate(g, req, value)]
+            assert _fits_without(ns, gone, req) is None, (
+                f"refused {req} although preempting {len(gone)} grants on {ns.node.name} fits it"
+            )
+
+    @precondition(lambda self: bool(self.state.grants))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        grant_id = data.draw(st.sampled_from(sorted(self.state.grants)))
+        self.state.release(grant_id)
+
+    @invariant()
+    def capacities_hold(self) -> None:
+        check_state(self.state)
+
+    def teardown(self) -> None:
+        for grant_id in list(self.state.grants):
+            self.state.release(grant_id)
+        for ns in self.state.nodes.values():
+            assert ns.free_cpu == ns.node.cpu_milli and ns.free_mem == ns.node.memory_mib
+            for gs in ns.gpus:
+                assert (gs.used_mib, gs.used_compute, gs.holders, gs.whole) == (0, 0, 0, False)
+        assert not any(self.state.usage.values())
+        assert not any(self.state.borrowed.values())
+
+
+CoreMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCoreMachine = CoreMachine.TestCase
+
+
+class GuaranteeMachine(RuleBasedStateMachine):
+    """Whole single GPUs in an exclusive pool whose guarantees add up to its capacity:
+    a request inside its team's guarantee is always admitted, by preemption if needed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        quotas = {"a": {"train": (3, 5)}, "b": {"train": (3, 5)}, "c": {"train": (2, 6)}}
+        self.state = ClusterState(policy(quotas, {"train": SharingMode.EXCLUSIVE}, node_count=2))
+        self.serial = 0
+        self.now = 0.0
+
+    @rule(team=st.sampled_from(TEAMS), priority=st.sampled_from(sorted(PRIORITY_VALUES)))
+    def ask(self, team: str, priority: str) -> None:
+        self.serial += 1
+        self.now += 1
+        req = request(team, "train", whole=1, priority=priority, kind=Kind.INTERACTIVE)
+        quota = self.state.policy.team(team).quota("train")  # type: ignore[union-attr]
+        inside = self.state.team_used(team, "train") + UNIT <= quota.guaranteed_milli
+        decision = decide(self.state, req, f"g{self.serial}", AdmissionFacts(now=self.now))
+        if decision.outcome is Outcome.PREEMPTING:
+            for victim in decision.victims:
+                self.state.release(victim)
+            decision = decide(self.state, req, f"g{self.serial}b", AdmissionFacts(now=self.now))
+        if inside:
+            assert decision.outcome is Outcome.GRANTED, decision.reason
+        if decision.outcome is Outcome.GRANTED:
+            assert decision.grant is not None
+            self.state.apply(decision.grant)
+
+    @precondition(lambda self: bool(self.state.grants))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        self.state.release(data.draw(st.sampled_from(sorted(self.state.grants))))
+
+    @invariant()
+    def capacities_hold(self) -> None:
+        check_state(self.state)
+
+
+GuaranteeMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestGuaranteeMachine = GuaranteeMachine.TestCase
+
+
+def test_place_on_node_never_overfills_a_shared_gpu() -> None:
+    state = ClusterState(policy({"a": {"shared": (4, 0)}}, {"shared": SharingMode.SHARED}))
+    ns = state.by_pool["shared"][0]
+    placed = 0
+    while True:
+        req = request("a", "shared", fraction=0.25)
+        placement = place_on_node(ns, req)
+        if placement is None:
+            break
+        decision = decide(state, req, f"x{placed}")
+        assert decision.grant is not None
+        state.apply(decision.grant)
+        placed += 1
+    # 4 GPUs x 80 GiB with 20 % headroom: three quarter-GPU grants per card fit, not four
+    assert placed == 12
+    check_state(state)
