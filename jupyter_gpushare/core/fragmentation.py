@@ -1,0 +1,110 @@
+"""GPU fragmentation against a target workload, learned from the requests seen so far.
+
+This is the measure of the FGD paper (Weng et al., USENIX ATC '23): for a node and a
+workload of request *shapes* with popularities, the fragmented GPU capacity is, per
+shape, all the node's free GPU capacity when the shape cannot run there (CPU-only shape,
+not enough CPU, wrong GPU model, too few GPUs with enough room), otherwise only the free
+capacity on GPUs too small for the shape; the node's fragmentation is the
+popularity-weighted sum. Capacity is in milli-units (1000 = one whole GPU).
+
+Unlike FGD, which reads the shape popularity off the whole trace in advance, the
+:class:`Workload` here learns it online from the requests placement has been asked
+about, and publishes a new target only at doubling checkpoints so that cached values
+stay valid between them. Everything is pure Python; nothing runs at import time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Sequence
+
+Shape = tuple[int, int, int, tuple[str, ...]]
+"""(CPU milli, per-GPU milli, number of GPUs, allowed GPU models; empty: any)."""
+
+POPULARITY = 0.95
+"""The target workload covers the most common shapes up to this share of requests."""
+
+
+def target_shapes(
+    counts: Counter[Shape], threshold: float = POPULARITY
+) -> list[tuple[Shape, float]]:
+    """Most common shapes covering ``threshold`` of the counted requests, renormalised."""
+    total = sum(counts.values())
+    if total == 0:
+        return []
+    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
+    chosen: list[tuple[Shape, int]] = []
+    cum = 0
+    for shape, count in ordered:
+        if cum >= threshold * total:
+            break
+        chosen.append((shape, count))
+        cum += count
+    return [(shape, count / cum) for shape, count in chosen]
+
+
+class Workload:
+    """Online shape popularity; ``version`` changes only when the target is republished."""
+
+    def __init__(self, first_refresh: int = 1) -> None:
+        self.counts: Counter[Shape] = Counter()
+        self.seen = 0
+        self.version = 0
+        self.next_refresh = first_refresh
+        self.shapes: list[tuple[Shape, float]] = []
+
+    def observe(self, shape: Shape) -> bool:
+        """Count one request; returns True when a new target was published."""
+        self.counts[shape] += 1
+        self.seen += 1
+        if self.seen < self.next_refresh:
+            return False
+        self.next_refresh = self.seen * 2 if self.seen < 4096 else self.seen + 4096
+        self.shapes = target_shapes(self.counts)
+        self.version += 1
+        return True
+
+
+class FragTable:
+    """Memoised node fragmentation for one target workload.
+
+    CPU enters only through which shape CPU demands the free CPU still covers, so nodes
+    are keyed by that *level* rather than the exact free CPU.
+    """
+
+    def __init__(self, shapes: Sequence[tuple[Shape, float]]) -> None:
+        self.shapes = list(shapes)
+        self.cpu_levels = sorted({s[0] for s, _ in self.shapes})
+        self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+
+    def level(self, cpu_free: int) -> int:
+        """How many distinct shape CPU demands ``cpu_free`` covers."""
+        return bisect.bisect_right(self.cpu_levels, cpu_free)
+
+    def frag(self, model: str, level: int, gpus_sorted: tuple[int, ...]) -> float:
+        """Fragmented milli-units of a node (``gpus_sorted``: free milli per GPU, ascending)."""
+        key = (model, level, gpus_sorted)
+        val = self._memo.get(key)
+        if val is None:
+            val = self._compute(model, level, gpus_sorted)
+            self._memo[key] = val
+        return val
+
+    def _compute(self, model: str, level: int, gpus: tuple[int, ...]) -> float:
+        total = sum(gpus)
+        if total == 0:
+            return 0.0
+        covered = self.cpu_levels[:level]
+        max_cpu = covered[-1] if covered else -1
+        frag = 0.0
+        for (cpu, milli, num, models), p in self.shapes:
+            if milli == 0 or cpu > max_cpu or (models and model not in models):
+                frag += p * total
+                continue
+            k = bisect.bisect_left(gpus, milli)
+            if len(gpus) - k < num:
+                frag += p * total
+            else:
+                frag += p * sum(gpus[:k])
+        return frag
