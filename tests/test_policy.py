@@ -66,6 +66,9 @@ profiles:
 """
 
 
+NVML = "inventory:\n  source: nvml\n  discovery: {pool: shared}\n"
+
+
 def issues(text: str, severity: str = "error") -> list[PolicyIssue]:
     return [i for i in check_policy(text, "p.yaml").issues if i.severity == severity]
 
@@ -187,7 +190,7 @@ def test_simulated_nodes_helper() -> None:
 
 
 def test_discovered_inventory_without_hook_warns_and_loads() -> None:
-    text = edit(BASE.split("pools:")[0], "inventory:\n  source: nvml\n  discovery: {pool: shared}\n")
+    text = edit(BASE.split("pools:")[0], NVML)
     check = check_policy(text, "p.yaml")
     assert check.errors == []
     assert any("discovered" in i.message for i in check.warnings)
@@ -195,7 +198,7 @@ def test_discovered_inventory_without_hook_warns_and_loads() -> None:
 
 
 def test_discovered_inventory_with_hook() -> None:
-    text = edit(BASE.split("pools:")[0], "inventory:\n  source: nvml\n  discovery: {pool: shared}\n")
+    text = edit(BASE.split("pools:")[0], NVML)
     seen: list[DiscoverySpec] = []
 
     def discover(spec: DiscoverySpec) -> list[Node]:
@@ -224,7 +227,7 @@ def test_empty_and_non_mapping_files() -> None:
 
 
 def test_unknown_key_with_hint() -> None:
-    found = issues(edit("  train: {mode: exclusive}", "  train: {mode: exclusive, memory_hedroom: 1}"))
+    found = issues(edit("{mode: exclusive}", "{mode: exclusive, memory_hedroom: 1}"))
     issue = only(found, "pools.train.memory_hedroom")
     assert issue.line == 17 and "did you mean 'memory_headroom'" in issue.message
     issue = only(issues(BASE + "profile_list: []\n"), "profile_list")
@@ -232,9 +235,8 @@ def test_unknown_key_with_hint() -> None:
 
 
 def test_missing_required_field() -> None:
-    issue = only(issues(edit("      cpu: 32\n      memory: 256GiB\n      gpus:\n        - {model: A100, "
-                             "memory: 80GiB", "      memory: 256GiB\n      gpus:\n        - {model: "
-                             "A100, memory: 80GiB")), "inventory.nodes[0].cpu")
+    first_cpu = "      pool: train\n      cpu: 32\n"
+    issue = only(issues(edit(first_cpu, "      pool: train\n")), "inventory.nodes[0].cpu")
     assert issue.line == 4 and "required" in issue.message
 
 

@@ -30,7 +30,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from .fragmentation import FragTable, Shape, Workload
-from .model import UNIT, GPUSlice, Placement, Request, SharingMode
+from .model import UNIT, GPUAsk, GPUSlice, Placement, Request, SharingMode
 from .state import ClusterState, GPUState, NodeState
 
 GRADIENT_STEP = 40.0
@@ -128,7 +128,7 @@ def shape_of(request: Request) -> Shape:
     if ask.whole:
         milli, num = UNIT, ask.whole
     elif ask.is_fraction:
-        milli, num = max(ask.fraction_milli, ask.compute_milli or 0), 1
+        milli, num = ask.fraction_milli, 1
     else:
         milli, num = 0, 0
     return (request.cpu_milli, milli, num, tuple(sorted(request.gpu_models)))
@@ -207,7 +207,7 @@ class _PoolIndex:
             if not view.in_heap:
                 heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
                 view.in_heap = True
-        elif ns.free_cpu > 0 and not ns.cordoned:
+        elif (ns.free_cpu > 0 or any(view.units)) and not ns.cordoned:
             self.open.add(view.pos)
         else:
             self.open.discard(view.pos)
@@ -261,12 +261,16 @@ class _PoolIndex:
         self._memo[key] = result
         return result
 
+    @staticmethod
+    def node_key(delta: float, left: int, view: _NodeView) -> tuple:
+        """Rank of a candidate (lower is better): gradient step, GPU left, list order."""
+        return (int(delta // GRADIENT_STEP), left, view.pos)
+
     def best(self, request: Request, shape: Shape) -> _Candidate | None:
         """The best candidate node (and GPU free values) for ``request``."""
         cpu, milli, num, models = shape
         mem = request.memory_mib
         level = self.table.level
-        step = GRADIENT_STEP
         best: _Candidate | None = None
         views = self.by_pos
         candidates = itertools.chain((views[p] for p in self.open), self._kind_heads())
@@ -282,7 +286,7 @@ class _PoolIndex:
                     continue
             delta, take = self._gradient(view, level(ns.free_cpu - cpu), milli, num)
             left = sum(units) - milli * num
-            key = (int(delta // step), left, view.pos)
+            key = self.node_key(delta, left, view)
             if best is None or key < best.key:
                 best = _Candidate(key, view, take)
         return best
@@ -366,10 +370,16 @@ def _materialise(cand: _Candidate, request: Request) -> Placement | None:
     return place_on_node(ns, request)
 
 
+def _overrides(ask: GPUAsk) -> bool:
+    """A fraction whose memory or compute does not scale with it (packing models neither)."""
+    return ask.is_fraction and (ask.memory_mib is not None or ask.compute_milli is not None)
+
+
 def place(state: ClusterState, request: Request) -> Placement | None:
     """Choose a node and GPU(s) for ``request`` in its pool, or ``None`` if nothing fits."""
     pool = state.policy.pool(request.pool)
-    if pool is None or not pool.shares_gpus:
+    ask = request.gpu
+    if pool is None or not pool.shares_gpus or _overrides(ask):
         return _best_fit(state, request)
     idx = _index(state)
     shape = shape_of(request)

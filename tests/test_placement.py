@@ -1,0 +1,169 @@
+"""gpushare packing in ``core.placement``: never over-allocates, respects constraints."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jupyter_gpushare.core.fragmentation import FragTable, Workload, target_shapes
+from jupyter_gpushare.core.model import (
+    GPU,
+    GPUAsk,
+    Grant,
+    Node,
+    Policy,
+    Pool,
+    PriorityClass,
+    Request,
+    SharingMode,
+    Team,
+)
+from jupyter_gpushare.core.placement import place, place_on_node
+from jupyter_gpushare.core.state import ClusterState
+
+MODELS = ("A100", "T4", "L4")
+
+
+def make_state(node_specs: list[tuple[int, str, int, int]], headroom: float) -> ClusterState:
+    nodes = tuple(
+        Node(
+            f"n{i}",
+            "shared",
+            tuple(GPU(f"n{i}-g{k}", model, 16000, k) for k in range(gpus)),
+            cpu,
+            ram,
+        )
+        for i, (gpus, model, cpu, ram) in enumerate(node_specs)
+    )
+    policy = Policy(
+        nodes,
+        (Pool("shared", SharingMode.SHARED, headroom),),
+        (PriorityClass("p", 1, False),),
+        (Team("t", ("t",)),),
+    )
+    return ClusterState(policy)
+
+
+def make_request(i: int, kind: str, amount: int, cpu: int, ram: int, models: tuple) -> Request:
+    if kind == "whole":
+        ask = GPUAsk(whole=amount)
+    elif kind == "fraction":
+        ask = GPUAsk(fraction_milli=amount)
+    elif kind == "override":
+        ask = GPUAsk(fraction_milli=amount, memory_mib=amount * 8)
+    else:
+        ask = GPUAsk()
+    return Request(f"r{i}", "u", "t", "shared", ask, "p", cpu_milli=cpu, memory_mib=ram,
+                   gpu_models=models)  # fmt: skip
+
+
+def grant_for(i: int, request: Request, placement) -> Grant:  # type: ignore[no-untyped-def]
+    return Grant(f"g{i}", request, placement, request.gpu.units_milli, False, 1, False, 0.0)
+
+
+node_st = st.tuples(
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from(MODELS),
+    st.sampled_from([8000, 32000, 96000]),
+    st.sampled_from([16000, 262144]),
+)
+request_st = st.one_of(
+    st.tuples(st.just("whole"), st.sampled_from([1, 2, 4, 8])),
+    st.tuples(st.just("fraction"), st.integers(50, 999)),
+    st.tuples(st.just("override"), st.integers(50, 999)),
+    st.tuples(st.just("cpu"), st.just(0)),
+).flatmap(
+    lambda r: st.tuples(
+        st.just(r[0]),
+        st.just(r[1]),
+        st.sampled_from([0, 1000, 4000, 16000]),
+        st.sampled_from([0, 1024, 65536]),
+        st.sampled_from([(), ("T4",), ("A100", "L4")]),
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(node_st, min_size=1, max_size=6),
+    st.sampled_from([0.0, 0.2]),
+    st.lists(request_st, min_size=1, max_size=60),
+)
+def test_packing_never_over_allocates_and_fails_only_when_nothing_fits(
+    node_specs: list, headroom: float, reqs: list
+) -> None:
+    state = make_state(node_specs, headroom)
+    for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
+        request = make_request(i, kind, amount, cpu, ram, models)
+        placement = place(state, request)
+        if placement is None:
+            # nothing fits anywhere: every node refuses it on its own
+            assert all(place_on_node(ns, request) is None for ns in state.nodes.values())
+            continue
+        ns = state.nodes[placement.node]
+        for sl in placement.slices:
+            gs = ns.by_uuid[sl.gpu_uuid]
+            assert not models or gs.gpu.model in models
+        state.apply(grant_for(i, request, placement))  # raises CapacityError on over-allocation
+        for node in state.nodes.values():
+            assert node.free_cpu >= 0 and node.free_mem >= 0
+            for gs in node.gpus:
+                assert gs.used_mib <= gs.capacity_mib or gs.whole
+                assert gs.used_compute <= 1000
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(request_st, min_size=1, max_size=40), st.data())
+def test_packing_keeps_up_with_releases(reqs: list, data: st.DataObject) -> None:
+    state = make_state([(4, "A100", 96000, 262144), (2, "T4", 32000, 65536)], 0.2)
+    for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
+        request = make_request(i, kind, amount, cpu, ram, models)
+        placement = place(state, request)
+        if placement is not None:
+            state.apply(grant_for(i, request, placement))
+        if state.grants and data.draw(st.booleans()):
+            state.release(data.draw(st.sampled_from(sorted(state.grants))))
+
+
+def test_fraction_goes_where_it_fragments_least() -> None:
+    state = make_state([(1, "T4", 32000, 65536), (1, "T4", 32000, 65536)], 0.0)
+    # teach the workload that half-GPU requests are what arrives
+    for i in range(2):
+        req = make_request(i, "fraction", 500, 1000, 1024, ())
+        placement = place(state, req)
+        assert placement is not None
+        state.apply(grant_for(i, req, placement))
+    # two halves on one card: the second half went beside the first, not onto a new card
+    nodes_used = {g.placement.node for g in state.grants.values()}
+    assert len(nodes_used) == 1
+
+
+def test_whole_gpus_respect_the_model_and_count() -> None:
+    state = make_state([(8, "A100", 96000, 262144), (2, "T4", 32000, 65536)], 0.2)
+    req = make_request(0, "whole", 2, 1000, 1024, ("T4",))
+    placement = place(state, req)
+    assert placement is not None and placement.node == "n1"
+    assert len(placement.slices) == 2
+    assert place(state, make_request(1, "whole", 4, 1000, 1024, ("T4",))) is None
+
+
+def test_headroom_is_kept_for_fractions() -> None:
+    state = make_state([(1, "T4", 32000, 65536)], 0.2)
+    # 0.9 of a 16000 MiB card needs 14400 MiB > 12800 MiB usable with 20 % headroom
+    assert place(state, make_request(0, "fraction", 900, 0, 0, ())) is None
+    assert place(state, make_request(1, "fraction", 800, 0, 0, ())) is not None
+
+
+def test_target_workload_and_fragmentation() -> None:
+    counts = {(1000, 500, 1, ()): 9, (0, 0, 0, ()): 1}
+    from collections import Counter
+
+    shapes = target_shapes(Counter(counts))
+    assert [s for s, _ in shapes] == [(1000, 500, 1, ()), (0, 0, 0, ())]
+    table = FragTable(shapes)
+    # free [300, 1000] with enough CPU: 0.9 * 300 + 0.1 * 1300 = 400
+    assert abs(table.frag("T4", table.level(8000), (300, 1000)) - 400.0) < 1e-9
+    w = Workload()
+    published = [w.observe((0, 0, 0, ())) for _ in range(8)]
+    # targets are republished at doubling checkpoints: after 1, 2, 4 and 8 requests
+    assert published == [True, True, False, True, False, False, False, True]
