@@ -263,6 +263,12 @@ class _Fields:
     def line(self, key: object) -> int:
         return self.data.value_lines.get(key, self.data.line)
 
+    def missing(self, key: str) -> None:
+        if key in self.data:  # written but left empty
+            self.ctx.error(self.key_line(key), _join(self.path, key), "required field is empty")
+        else:
+            self.ctx.error(self.data.line, _join(self.path, key), "required field is missing")
+
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
 
@@ -273,7 +279,7 @@ class _Fields:
         """The converted value of ``key``; reports a missing or bad value and returns default."""
         if not self.has(key):
             if required:
-                self.ctx.error(self.data.line, _join(self.path, key), "required field is missing")
+                self.missing(key)
             return default
         value = self.data[key]
         try:
@@ -286,14 +292,14 @@ class _Fields:
     def map(self, key: str, *, required: bool = False) -> YMap | None:
         if not self.has(key):
             if required:
-                self.ctx.error(self.data.line, _join(self.path, key), "required field is missing")
+                self.missing(key)
             return None
         return _as_map(self.ctx, self.data[key], self.line(key), _join(self.path, key))
 
     def list(self, key: str, *, required: bool = False) -> YList | None:
         if not self.has(key):
             if required:
-                self.ctx.error(self.data.line, _join(self.path, key), "required field is missing")
+                self.missing(key)
             return None
         return _as_list(self.ctx, self.data[key], self.line(key), _join(self.path, key))
 
@@ -406,7 +412,7 @@ def _unknown_ref(kind: str, name: str, known: Iterable[str]) -> str:
 def _parse_pools(ctx: _Ctx, root: _Fields) -> dict[str, tuple[Pool, int]]:
     pools: dict[str, tuple[Pool, int]] = {}
     if not root.has("pools"):
-        ctx.error(root.data.line, "pools", "required field is missing")
+        root.missing("pools")
     for name, body, line, path in _entries(ctx, root, "pools"):
         f = _Fields(ctx, body, path, ("mode", "memory_headroom", "description"))
         mode = f.get("mode", _choice(*(m.value for m in SharingMode)), required=True)
@@ -423,7 +429,7 @@ def _parse_pools(ctx: _Ctx, root: _Fields) -> dict[str, tuple[Pool, int]]:
 def _parse_priorities(ctx: _Ctx, root: _Fields) -> dict[str, tuple[PriorityClass, int]]:
     out: dict[str, tuple[PriorityClass, int]] = {}
     if not root.has("priority_classes"):
-        ctx.error(root.data.line, "priority_classes", "required field is missing")
+        root.missing("priority_classes")
     keys = ("value", "preemptible", "grace_period", "checkpoint_required_after", "description")
     for name, body, line, path in _entries(ctx, root, "priority_classes"):
         f = _Fields(ctx, body, path, keys)
