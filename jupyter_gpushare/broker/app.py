@@ -1,0 +1,259 @@
+"""The broker application: a JupyterHub managed service (tornado), configured with traitlets.
+
+Run ``python -m jupyter_gpushare.broker --BrokerApp.policy_file=gpushare.yaml``; under
+JupyterHub the hub starts it (``hubsetup.setup_gpushare`` writes the service entry) and passes
+``JUPYTERHUB_API_TOKEN``, ``JUPYTERHUB_API_URL``, ``JUPYTERHUB_SERVICE_URL`` and
+``JUPYTERHUB_SERVICE_PREFIX`` in the environment, from which the defaults below are taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+from typing import Any
+from urllib.parse import urlparse
+
+from sqlalchemy import Engine
+from tornado import web
+from tornado.httpserver import HTTPServer
+from traitlets import Any as AnyTrait
+from traitlets import Bool, Float, Integer, Type, Unicode, default
+from traitlets.config import Application
+
+from ..core.model import Policy
+from .auth import HubTokenAuthenticator, TokenAuthenticator
+from .db import make_engine
+from .handlers import Context, routes
+from .hubclient import HubClient
+from .metrics import BrokerMetrics
+from .preempt import BatchBackend, NoticeHub, PreemptionRunner
+from .reconcile import HolderChecker, HubHolderChecker, reconcile
+from .service import Broker
+
+
+def _import(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+class BrokerApp(Application):
+    """The gpushare broker: owner of all GPU grants, quotas and the GPU-hour ledger."""
+
+    name = "gpushare-broker"
+    description = "jupyter-gpushare broker service"
+
+    aliases = {
+        "policy": "BrokerApp.policy_file",
+        "db-url": "BrokerApp.db_url",
+        "port": "BrokerApp.port",
+        "ip": "BrokerApp.ip",
+        "config": "BrokerApp.config_file",
+        "log-level": "Application.log_level",
+    }
+
+    config_file = Unicode("", config=True, help="A Python config file (c.BrokerApp... lines).")
+    policy_file = Unicode("", config=True, help="The policy file (YAML).")
+    policy_factory = Unicode(
+        "",
+        config=True,
+        help="Instead of policy_file: 'module:function' returning a core Policy (tests).",
+    )
+    db_url = Unicode(
+        config=True,
+        help="SQLAlchemy URL. Default: sqlite file gpushare.sqlite in the working directory "
+        "(under JupyterHub: next to the hub's database).",
+    )
+    sqlite_synchronous = Unicode(
+        "NORMAL",
+        config=True,
+        help="SQLite synchronous: NORMAL survives a crash of the process, FULL power loss too.",
+    )
+    ip = Unicode(config=True, help="Address to listen on (default from $JUPYTERHUB_SERVICE_URL).")
+    port = Integer(config=True, help="Port to listen on (default from $JUPYTERHUB_SERVICE_URL).")
+    base_url = Unicode(config=True, help="URL prefix (default $JUPYTERHUB_SERVICE_PREFIX).")
+    hub_api_url = Unicode(config=True, help="Hub API URL (default $JUPYTERHUB_API_URL).")
+    api_token = Unicode(
+        config=True, help="This service's hub token (default $JUPYTERHUB_API_TOKEN)."
+    )
+    use_hub = Bool(True, config=True, help="Ask the hub for groups, server liveness and stops.")
+    authenticator_class = Type(
+        HubTokenAuthenticator,
+        klass=TokenAuthenticator,
+        config=True,
+        help="How tokens are checked (HubTokenAuthenticator in production).",
+    )
+    holder_checker_class = Type(
+        HubHolderChecker,
+        klass=HolderChecker,
+        config=True,
+        help="Decides whether a grant's holder (server, job, pod) still exists.",
+    )
+    batch_backend_class = Type(
+        BatchBackend,
+        klass=BatchBackend,
+        config=True,
+        help="Where batch jobs run (preemption and liveness of jobs).",
+    )
+    reconcile_on_start = Bool(True, config=True, help="Reconcile with the hub after start.")
+    reconcile_interval_s = Float(300.0, config=True, help="Reconcile periodically (0: never).")
+    reconcile_min_age_s = Float(60.0, config=True, help="Leave grants younger than this alone.")
+    groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
+
+    policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        return os.environ.get("GPUSHARE_DB_URL", "sqlite:///gpushare.sqlite")
+
+    @default("ip")
+    def _ip(self) -> str:
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        return urlparse(url).hostname or "127.0.0.1" if url else "127.0.0.1"
+
+    @default("port")
+    def _port(self) -> int:
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL")
+        return (urlparse(url).port or 10101) if url else 10101
+
+    @default("base_url")
+    def _base_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")
+
+    @default("hub_api_url")
+    def _hub_api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    @default("api_token")
+    def _api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    def initialize(self, argv: Any = None) -> None:
+        super().initialize(argv)
+        if self.config_file:
+            self.load_config_file(self.config_file)
+        self.log.setLevel(self.log_level)  # type: ignore[arg-type]
+        logging.getLogger("gpushare").setLevel(self.log_level)  # type: ignore[arg-type]
+        if not logging.getLogger("gpushare").handlers:
+            logging.getLogger("gpushare").addHandler(
+                self.log.handlers[0] if self.log.handlers else logging.StreamHandler()
+            )
+
+    # -- wiring -----------------------------------------------------------------------------
+
+    def load_policy(self) -> Policy:
+        if self.policy is not None:
+            return self.policy
+        if self.policy_factory:
+            return _import(self.policy_factory)()
+        if not self.policy_file:
+            raise SystemExit("gpushare broker: set BrokerApp.policy_file (the policy YAML)")
+        from ..policy import load_policy
+
+        return load_policy(self.policy_file)
+
+    def build(self) -> web.Application:
+        """Create the service, the database and the tornado app (no listening yet)."""
+        policy = self.load_policy()
+        self.engine: Engine = make_engine(self.db_url, sqlite_synchronous=self.sqlite_synchronous)
+        self.hub = (
+            HubClient(self.hub_api_url, self.api_token, self.groups_ttl_s) if self.use_hub else None
+        )
+        self.backend = self.batch_backend_class(parent=self)
+        self.notices = NoticeHub()
+        self.runner = PreemptionRunner(self.hub, self.backend, self.notices)
+        self.metrics = BrokerMetrics()
+        self.broker = Broker(policy, self.engine, effects=self.runner, observer=self.metrics)
+        self.runner.broker = self.broker
+        self.metrics.broker = self.broker
+        auth_kwargs: dict[str, Any] = {"parent": self}
+        if issubclass(self.authenticator_class, HubTokenAuthenticator):
+            auth_kwargs.update(api_url=self.hub_api_url, api_token=self.api_token)
+        self.auth = self.authenticator_class(**auth_kwargs)
+        self.checker = self.holder_checker_class(parent=self, hub=self.hub, backend=self.backend)
+        self.ctx = Context(
+            self.broker,
+            self.auth,
+            self.hub,
+            self.notices,
+            self.metrics,
+            self.checker,
+            self.reconcile_min_age_s,
+        )
+        self.web_app = web.Application(
+            routes(self.base_url, self.ctx), log_function=self._log_request
+        )
+        return self.web_app
+
+    def _log_request(self, handler: web.RequestHandler) -> None:
+        status = handler.get_status()
+        level = logging.WARNING if status >= 500 else logging.DEBUG
+        self.log.log(
+            level,
+            "%d %s %.1fms",
+            status,
+            handler._request_summary(),
+            1000 * handler.request.request_time(),
+        )
+
+    async def start_async(self) -> None:
+        """Load the state from the database, listen, and reconcile in the background."""
+        self.build()
+        changes = self.broker.load()
+        self.log.info(
+            "gpushare broker: %d live grants, %d queued, %d preempting; %d changed on load",
+            len(self.broker.state.grants),
+            len(self.broker.queue),
+            len(self.broker.pending),
+            len(changes),
+        )
+        self.server = HTTPServer(self.web_app, xheaders=True)
+        self.server.listen(self.port, self.ip)
+        self.log.info(
+            "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
+        )
+        self._tasks: set[asyncio.Task[Any]] = set()
+        if self.reconcile_on_start or self.reconcile_interval_s > 0:
+            task = asyncio.ensure_future(self._reconcile_loop())
+            self._tasks.add(task)
+
+    async def _reconcile_loop(self) -> None:
+        first = True
+        while True:
+            if not first or self.reconcile_on_start:
+                try:
+                    await reconcile(self.broker, self.checker, self.reconcile_min_age_s)
+                except Exception:
+                    self.log.exception("reconcile failed")
+            first = False
+            if self.reconcile_interval_s <= 0:
+                return
+            await asyncio.sleep(self.reconcile_interval_s)
+
+    async def stop_async(self) -> None:
+        if getattr(self, "server", None) is not None:
+            self.server.stop()
+        for task in getattr(self, "_tasks", ()):
+            task.cancel()
+        self.runner.close()
+        self.engine.dispose()
+
+    def start(self) -> None:
+        async def run() -> None:
+            await self.start_async()
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+            await self.stop_async()
+
+        asyncio.run(run())
+
+
+def main(argv: list[str] | None = None) -> None:
+    app = BrokerApp.instance()
+    app.initialize(argv)
+    app.start()

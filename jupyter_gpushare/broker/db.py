@@ -1,0 +1,216 @@
+"""Persistence of the broker: SQLAlchemy 2 Core tables, engine setup and migrations.
+
+* SQLite by default, in WAL mode with a busy timeout so that other processes (a report,
+  a second reader) can open the file while the broker writes. ``synchronous=NORMAL``
+  keeps every committed transaction across a crash of the process (``kill -9``); set
+  :attr:`Database.sqlite_synchronous` to ``FULL`` to survive power loss as well.
+* PostgreSQL (or anything SQLAlchemy speaks) by URL.
+* Migrations: the table ``gpushare_schema`` holds one row with the schema version;
+  :data:`MIGRATIONS` is an ordered list of functions, each run in its own transaction.
+  A database newer than this code is refused on start.
+
+The ``gpushare_grants`` table is also the GPU-hour ledger: a grant row is an interval
+``[granted_at, released_at)`` (``released_at`` is NULL while the grant lives), and rows
+are never deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    Connection,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    select,
+    text,
+)
+
+log = logging.getLogger("gpushare.broker.db")
+
+metadata = MetaData()
+
+schema_table = Table(
+    "gpushare_schema",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+requests_table = Table(
+    "gpushare_requests",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("username", String(255), nullable=False),
+    Column("server", String(255), nullable=False, default=""),
+    Column("team", String(255), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("profile", String(255), nullable=False, default=""),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("code", String(64), nullable=False, default=""),
+    Column("spec", JSON, nullable=False),
+    Column("grant_id", String(64), nullable=True),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("username", "idempotency_key", name="uq_gpushare_request_idem"),
+    Index("ix_gpushare_requests_status", "status"),
+    Index("ix_gpushare_requests_user", "username"),
+)
+
+grants_table = Table(
+    "gpushare_grants",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("request_id", String(64), nullable=False, unique=True),
+    Column("username", String(255), nullable=False),
+    Column("server", String(255), nullable=False, default=""),
+    Column("team", String(255), nullable=False),
+    Column("pool", String(255), nullable=False),
+    Column("profile", String(255), nullable=False, default=""),
+    Column("kind", String(16), nullable=False),
+    Column("node", String(255), nullable=False),
+    Column("slices", JSON, nullable=False),
+    Column("units_milli", Integer, nullable=False),
+    Column("borrowed", Boolean, nullable=False),
+    Column("preemptible", Boolean, nullable=False),
+    Column("priority", String(255), nullable=False),
+    Column("priority_value", Integer, nullable=False),
+    Column("grace_period_s", Integer, nullable=False),
+    Column("spec", JSON, nullable=False),
+    Column("granted_at", Float, nullable=False),
+    Column("released_at", Float, nullable=True),
+    Column("release_reason", Text, nullable=True),
+    Column("preempt_for", String(64), nullable=True),
+    Column("preempt_reason", Text, nullable=True),
+    Column("preempt_deadline", Float, nullable=True),
+    Index("ix_gpushare_grants_live", "released_at"),
+    Index("ix_gpushare_grants_user", "username"),
+    Index("ix_gpushare_grants_period", "team", "pool", "granted_at"),
+)
+
+nodes_table = Table(
+    "gpushare_nodes",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("cordoned", Boolean, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+heartbeats_table = Table(
+    "gpushare_heartbeats",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("grant_id", String(64), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("simulated", Boolean, nullable=False),
+    Column("gpus", JSON, nullable=False),
+    Index("ix_gpushare_heartbeats_grant", "grant_id", "ts"),
+)
+
+
+# -- migrations -----------------------------------------------------------------------------
+
+
+def _m1_initial(conn: Connection) -> None:
+    for table in (requests_table, grants_table, nodes_table, heartbeats_table):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+class SchemaError(RuntimeError):
+    """The database was written by a newer version of the broker."""
+
+
+def schema_version(conn: Connection) -> int:
+    schema_table.create(conn, checkfirst=True)
+    row = conn.execute(select(schema_table.c.version).where(schema_table.c.id == 1)).first()
+    return int(row[0]) if row else 0
+
+
+def migrate(engine: Engine) -> list[int]:
+    """Bring the database to :data:`SCHEMA_VERSION`; return the versions applied."""
+    applied: list[int] = []
+    with engine.begin() as conn:
+        current = schema_version(conn)
+    if current > SCHEMA_VERSION:
+        raise SchemaError(
+            f"database schema version {current} is newer than this broker's "
+            f"{SCHEMA_VERSION}; upgrade jupyter-gpushare"
+        )
+    for version, description, func in MIGRATIONS:
+        if version <= current:
+            continue
+        with engine.begin() as conn:
+            # re-read inside the transaction: another process may have migrated meanwhile
+            if schema_version(conn) >= version:
+                continue
+            log.info("migrating database to schema %d: %s", version, description)
+            func(conn)
+            if version == 1:
+                conn.execute(schema_table.insert().values(id=1, version=version))
+            else:
+                conn.execute(
+                    schema_table.update().where(schema_table.c.id == 1).values(version=version)
+                )
+        applied.append(version)
+    return applied
+
+
+# -- engine ---------------------------------------------------------------------------------
+
+
+def make_engine(
+    url: str,
+    *,
+    sqlite_synchronous: str = "NORMAL",
+    busy_timeout_ms: int = 30000,
+    echo: bool = False,
+) -> Engine:
+    """An engine for ``url``; SQLite files get WAL, a busy timeout and foreign keys."""
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": busy_timeout_ms / 1000, "check_same_thread": False}
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+        memory = url in ("sqlite://", "sqlite:///:memory:")
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            if not memory:
+                cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.execute(f"PRAGMA synchronous={sqlite_synchronous}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+    return engine
+
+
+def sqlite_journal_mode(engine: Engine) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(text("PRAGMA journal_mode")).scalar())

@@ -1,0 +1,575 @@
+"""Tornado handlers of the REST API (thin: parse, authorise, call the service, answer JSON).
+
+Every handler but ``/openapi.yaml`` and ``/health`` needs ``Authorization: token <hub token>``:
+no token → 401, a token the hub does not know or one without access to this service → 403,
+and each handler checks that the caller may act for the user (and server) concerned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from ..core.model import UNIT, GPUAsk, Kind, Request
+from .auth import Identity, TokenAuthenticator
+from .hubclient import HubClient, HubError
+from .metrics import BrokerMetrics
+from .preempt import NoticeHub
+from .reconcile import HolderChecker, reconcile
+from .service import Broker, BrokerError, make_request, new_id
+
+if TYPE_CHECKING:
+    pass
+
+OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+MAX_NAME = 255
+
+
+@dataclass
+class Context:
+    broker: Broker
+    auth: TokenAuthenticator
+    hub: HubClient | None
+    notices: NoticeHub
+    metrics: BrokerMetrics
+    checker: HolderChecker
+    reconcile_min_age_s: float = 60.0
+
+
+class BadField(BrokerError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(400, message, field)
+
+
+# -- field readers (every invalid value is a 400 naming the field) ---------------------------
+
+
+def _str(
+    body: dict[str, Any],
+    key: str,
+    default: str | None = None,
+    *,
+    required: bool = False,
+    max_len: int = MAX_NAME,
+) -> str | None:
+    value = body.get(key, default)
+    if value is None:
+        if required:
+            raise BadField(key, f"{key} is required")
+        return None
+    if not isinstance(value, str) or len(value) > max_len:
+        raise BadField(key, f"{key} must be a string of at most {max_len} characters")
+    return value
+
+
+def _num(
+    body: dict[str, Any],
+    key: str,
+    *,
+    minimum: float = 0,
+    maximum: float | None = None,
+    integer: bool = False,
+    default: Any = None,
+) -> Any:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise BadField(key, f"{key} must be a number")
+    if integer and not float(value).is_integer():
+        raise BadField(key, f"{key} must be an integer")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise BadField(
+            key, f"{key} must be between {minimum} and {maximum if maximum is not None else '∞'}"
+        )
+    return int(value) if integer else float(value)
+
+
+def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise BadField(key, f"{key} must be true or false")
+    return value
+
+
+def _gpu_ask(value: Any) -> GPUAsk:
+    if value is None:
+        return GPUAsk()
+    if not isinstance(value, dict):
+        raise BadField(
+            "gpu", "gpu must be an object {count} or {fraction, memory_mib, compute_pct}"
+        )
+    count = _num(value, "count", integer=True, maximum=1024)
+    fraction = _num(value, "fraction", maximum=1)
+    memory = _num(value, "memory_mib", integer=True, maximum=10**8)
+    compute = _num(value, "compute_pct", maximum=100)
+    if count and fraction:
+        raise BadField("gpu", "give gpu.count (whole GPUs) or gpu.fraction, not both")
+    if count:
+        return GPUAsk(whole=count)
+    if fraction:
+        milli = round(fraction * UNIT)
+        if milli < 1:
+            raise BadField("gpu.fraction", "gpu.fraction is too small")
+        return GPUAsk(
+            fraction_milli=milli,
+            memory_mib=memory if memory else None,
+            compute_milli=round(compute * 10) if compute is not None else None,
+        )
+    if memory or compute:
+        raise BadField("gpu", "gpu.memory_mib and gpu.compute_pct need gpu.fraction")
+    return GPUAsk()
+
+
+def _json_body(handler: web.RequestHandler) -> dict[str, Any]:
+    try:
+        body = json.loads(handler.request.body or b"{}")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadField("body", "the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise BadField("body", "the body must be a JSON object")
+    return body
+
+
+# -- base ------------------------------------------------------------------------------------
+
+
+class BaseHandler(web.RequestHandler):
+    public = False
+    ctx: Context
+    identity: Identity
+
+    def initialize(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._t0 = time.perf_counter()
+
+    def check_xsrf_cookie(self) -> None:  # token auth only, no cookies
+        return None
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+
+    async def prepare(self) -> None:
+        if self.public:
+            return
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() not in ("token", "bearer") or not token:
+            raise BrokerError(
+                401, "authentication required: Authorization: token <JupyterHub token>"
+            )
+        try:
+            identity = await self.ctx.auth.identify(token)
+        except web.HTTPError as exc:
+            if exc.status_code in (401, 403):
+                identity = None
+            else:
+                raise BrokerError(503, "cannot check the token with the hub") from exc
+        except (HubError, OSError) as exc:
+            raise BrokerError(503, "cannot check the token with the hub") from exc
+        if identity is None:
+            raise BrokerError(403, "this token may not use the gpushare service")
+        self.identity = identity
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, BrokerError):
+            if self._finished:
+                return
+            self.set_status(e.status)
+            body: dict[str, Any] = {"error": e.message}
+            if e.field:
+                body["field"] = e.field
+            self.finish(json.dumps(body))
+            return
+        super()._handle_request_exception(e)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        reason = self._reason
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            reason = exc.log_message % exc.args if exc.args else exc.log_message
+        self.finish(json.dumps({"error": reason}))
+
+    def on_finish(self) -> None:
+        self.ctx.metrics.latency.labels(type(self).__name__, self.request.method or "").observe(
+            time.perf_counter() - self._t0
+        )
+
+    def send(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(data))
+
+    def require(self, allowed: bool, message: str = "not allowed for this token") -> None:
+        if not allowed:
+            raise BrokerError(403, message)
+
+    def arg(self, name: str) -> str | None:
+        value = self.get_query_argument(name, None)
+        if value is not None and len(value) > MAX_NAME:
+            raise BadField(name, f"{name} is too long")
+        return value
+
+    async def teams_of(self, user: str, groups: list[str] | None = None) -> tuple[str, ...]:
+        """The user's teams from their hub groups (or ``groups`` passed by a trusted caller)."""
+        if groups is None:
+            if self.ctx.hub is not None:
+                try:
+                    groups = list(await self.ctx.hub.groups_of(user))
+                except HubError as exc:
+                    raise BrokerError(503, "cannot read the user's groups from the hub") from exc
+            elif self.identity.name == user:
+                groups = list(self.identity.groups)
+            else:
+                groups = []
+        return self.ctx.broker.policy.teams_of(set(groups))
+
+
+# -- handlers --------------------------------------------------------------------------------
+
+
+class OpenAPIHandler(BaseHandler):
+    public = True
+
+    def get(self) -> None:
+        self.set_header("Content-Type", "application/yaml")
+        with open(OPENAPI_PATH, "rb") as f:
+            self.finish(f.read())
+
+
+class HealthHandler(BaseHandler):
+    public = True
+
+    def get(self) -> None:
+        self.send({"status": "ok" if self.ctx.broker.loaded else "starting"})
+
+
+class RequestsHandler(BaseHandler):
+    async def post(self) -> None:
+        body = _json_body(self)
+        ident = self.identity
+        user = _str(body, "user", ident.name if ident.kind == "user" else None, required=True)
+        server = _str(body, "server", "") or ""
+        assert user is not None
+        self.require(
+            ident.may_act_for(user, server), f"this token may not request GPUs for {user}/{server}"
+        )
+        kind = _str(body, "kind", "interactive")
+        if kind not in ("interactive", "batch"):
+            raise BadField("kind", "kind must be interactive or batch")
+        idem = _str(body, "idempotency_key")
+        broker = self.ctx.broker
+        if idem:
+            existing = broker.find_idempotent(user, idem)
+            if existing is not None:
+                self.send(existing, 409 if existing["status"] == "refused" else 201)
+                return
+        groups = body.get("groups")
+        if groups is not None:
+            if not ident.act_as:
+                raise BrokerError(403, "only the hub's spawner may pass groups", "groups")
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise BadField("groups", "groups must be a list of strings")
+        spec = self._spec(body)
+        team = _str(body, "team")
+        teams = await self.teams_of(user, groups)
+        profile = broker.policy.profile(spec["profile_slug"]) if spec["profile_slug"] else None
+        if team is not None:
+            if team not in teams and not ident.admin:
+                raise BrokerError(403, f"{user} is not a member of team {team}", "team")
+        else:
+            allowed = [
+                t
+                for t in teams
+                if (profile is None or profile.allowed_for({t}))
+                and (q := broker.policy.team(t)) is not None
+                and q.quota(spec["pool"]) is not None
+            ]
+            team = allowed[0] if allowed else None
+        spec["kind"] = kind
+        spec["server"] = server
+        spec["checkpointing"] = _bool(body, "checkpointing")
+        spec["max_runtime_s"] = _num(body, "max_runtime_s", integer=True, maximum=10**9)
+        now = broker.clock()
+        rid = new_id("r")
+        if team is None:
+            why = f"{user} is in no team that may use " + (
+                f"profile {profile.slug}" if profile else f"pool {spec['pool']}"
+            )
+            view = broker.refuse(
+                make_request(broker.policy, request_id=rid, user=user, team="", body=spec, now=now),
+                why,
+                "no_team",
+                idem,
+            )
+            self.send(view, 409)
+            return
+        req = make_request(broker.policy, request_id=rid, user=user, team=team, body=spec, now=now)
+        view = broker.submit(req, idempotency_key=idem)
+        self.send(view, 409 if view["status"] == "refused" else 201)
+
+    def _spec(self, body: dict[str, Any]) -> dict[str, Any]:
+        policy = self.ctx.broker.policy
+        profile_value = body.get("profile")
+        if isinstance(profile_value, str):
+            profile = policy.profile(profile_value)
+            if profile is None:
+                raise BadField("profile", f"unknown profile {profile_value!r}")
+            explicit = {k: body[k] for k in ("priority",) if body.get(k) is not None}
+            spec: dict[str, Any] = {
+                "profile_slug": profile.slug,
+                "pool": profile.pool,
+                "gpu_ask": profile.gpu,
+                "priority": explicit.get("priority", profile.priority),
+                "cpu_milli": profile.cpu_milli,
+                "memory_mib": profile.memory_mib,
+                "gpu_models": profile.gpu_models,
+            }
+            if not isinstance(spec["priority"], str) or policy.priority(spec["priority"]) is None:
+                raise BadField("priority", f"unknown priority class {spec['priority']!r}")
+            return spec
+        if profile_value is not None and not isinstance(profile_value, dict):
+            raise BadField("profile", "profile must be a profile slug or an object")
+        src = profile_value if isinstance(profile_value, dict) else body
+        pool = _str(src, "pool", required=True)
+        if policy.pool(pool or "") is None:
+            raise BadField("pool", f"unknown pool {pool!r}")
+        priority = _str(src, "priority")
+        if priority is None:
+            priority = "interactive" if policy.priority("interactive") else None
+        if priority is None or policy.priority(priority) is None:
+            raise BadField("priority", f"unknown priority class {priority!r}")
+        models = src.get("gpu_models", [])
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            raise BadField("gpu_models", "gpu_models must be a list of strings")
+        return {
+            "profile_slug": "",
+            "pool": pool,
+            "gpu_ask": _gpu_ask(src.get("gpu")),
+            "priority": priority,
+            "cpu_milli": _num(src, "cpu_milli", integer=True, maximum=10**9) or 0,
+            "memory_mib": _num(src, "memory_mib", integer=True, maximum=10**10) or 0,
+            "gpu_models": tuple(models),
+        }
+
+    def get(self) -> None:
+        user = self.arg("user")
+        if not self.identity.act_as:
+            self.require(user in (None, self.identity.name), "you may list only your own requests")
+            user = self.identity.name
+        self.send({"requests": self.ctx.broker.list_requests(user=user)})
+
+
+class RequestHandler(BaseHandler):
+    def _load(self, request_id: str) -> dict[str, Any]:
+        view = self.ctx.broker.get_request(request_id)
+        if view is None:
+            raise BrokerError(404, f"no request {request_id}")
+        self.require(self.identity.may_read_user(view["user"]), "not your request")
+        return view
+
+    def get(self, request_id: str) -> None:
+        self.send(self._load(request_id))
+
+    def delete(self, request_id: str) -> None:
+        view = self._load(request_id)
+        self.require(self.identity.may_act_for(view["user"], view["server"]), "not your request")
+        self.send(self.ctx.broker.cancel(request_id))
+
+
+class GrantsHandler(BaseHandler):
+    def get(self) -> None:
+        user = self.arg("user")
+        if not self.identity.act_as:
+            self.require(
+                user in (None, self.identity.name),
+                "you may list only your own grants (team totals: /teams/{team}/usage)",
+            )
+            user = self.identity.name
+        grants = self.ctx.broker.list_grants(
+            user=user, team=self.arg("team"), pool=self.arg("pool"), node=self.arg("node")
+        )
+        self.send({"grants": grants})
+
+
+class GrantHandler(BaseHandler):
+    def _load(self, grant_id: str) -> dict[str, Any]:
+        view = self.ctx.broker.get_grant(grant_id)
+        if view is None:
+            raise BrokerError(404, f"no grant {grant_id}")
+        self.require(self.identity.may_read_user(view["user"]), "not your grant")
+        return view
+
+    def get(self, grant_id: str) -> None:
+        self.send(self._load(grant_id))
+
+    def delete(self, grant_id: str) -> None:
+        view = self._load(grant_id)
+        self.require(self.identity.may_act_for(view["user"], view["server"]), "not your grant")
+        released = self.ctx.broker.release(grant_id, "released by holder")
+        self.send({"released": released, "grant": self.ctx.broker.get_grant(grant_id)})
+
+
+class TeamUsageHandler(BaseHandler):
+    async def get(self, team: str) -> None:
+        if not self.identity.act_as:
+            self.require(self.identity.kind == "user", "not allowed for this token")
+            teams = await self.teams_of(self.identity.name)
+            self.require(team in teams, f"you are not a member of team {team}")
+        self.send(self.ctx.broker.team_usage(team))
+
+
+class NoticesHandler(BaseHandler):
+    def _user_filter(self) -> str | None:
+        user = self.arg("user")
+        if not self.identity.act_as:
+            self.require(user in (None, self.identity.name), "you may read only your own notices")
+            user = self.identity.name
+        return user
+
+    def get(self) -> None:
+        user = self._user_filter()
+        self.send({"notices": self.ctx.broker.notices(user=user, grant_id=self.arg("grant_id"))})
+
+
+class NoticeStreamHandler(NoticesHandler):
+    async def get(self) -> None:  # type: ignore[override]
+        user = self._user_filter()
+        grant_id = self.arg("grant_id")
+        self.set_header("Content-Type", "text/event-stream")
+        queue = self.ctx.notices.subscribe()
+        try:
+            for notice in self.ctx.broker.notices(user=user, grant_id=grant_id):
+                self.write(f"event: preemption\ndata: {json.dumps(notice)}\n\n")
+            self.write(": connected\n\n")
+            await self.flush()
+            while True:
+                try:
+                    notice = await asyncio.wait_for(queue.get(), timeout=15)
+                except asyncio.TimeoutError:
+                    self.write(": keep-alive\n\n")
+                    await self.flush()
+                    continue
+                if user and notice.get("user") != user:
+                    continue
+                if grant_id and notice.get("grant_id") != grant_id:
+                    continue
+                self.write(f"event: preemption\ndata: {json.dumps(notice)}\n\n")
+                await self.flush()
+        except StreamClosedError:
+            pass
+        finally:
+            self.ctx.notices.unsubscribe(queue)
+
+    def on_connection_close(self) -> None:
+        self.ctx.notices.publish({"_wake": True})
+
+
+class HeartbeatHandler(BaseHandler):
+    def post(self) -> None:
+        body = _json_body(self)
+        grant_id = _str(body, "grant_id", required=True)
+        assert grant_id is not None
+        grant = self.ctx.broker.state.grants.get(grant_id)
+        if grant is None:
+            raise BrokerError(404, f"no live grant {grant_id}")
+        self.require(self.identity.may_act_for(grant.user, grant.request.holder), "not your grant")
+        ts = _num(body, "ts", maximum=1e11) or self.ctx.broker.clock()
+        gpus = body.get("gpus", [])
+        if not isinstance(gpus, list) or len(gpus) > 64:
+            raise BadField("gpus", "gpus must be a list of at most 64 objects")
+        clean = []
+        for item in gpus:
+            if not isinstance(item, dict):
+                raise BadField("gpus", "each gpu must be an object")
+            clean.append(
+                {
+                    "uuid": _str(item, "uuid", required=True),
+                    "memory_used_mib": _num(item, "memory_used_mib", maximum=10**8),
+                    "utilization_pct": _num(item, "utilization_pct", maximum=100),
+                }
+            )
+        self.ctx.broker.heartbeat(grant_id, ts, clean, _bool(body, "simulated"))
+        self.set_status(204)
+        self.finish()
+
+
+class AdminNodeHandler(BaseHandler):
+    def post(self, node: str, action: str) -> None:
+        self.require(self.identity.admin, "admin only")
+        self.send(self.ctx.broker.set_cordon(node, action == "drain"))
+
+
+class AdminReconcileHandler(BaseHandler):
+    async def post(self) -> None:
+        self.require(self.identity.admin, "admin only")
+        result = await reconcile(self.ctx.broker, self.ctx.checker, self.ctx.reconcile_min_age_s)
+        self.send(result)
+
+
+class AdminQueueHandler(BaseHandler):
+    def get(self) -> None:
+        self.require(self.identity.admin, "admin only")
+        self.send({"queue": self.ctx.broker.queue_view()})
+
+
+class MetricsHandler(BaseHandler):
+    def get(self) -> None:
+        self.require(
+            self.identity.metrics, "needs custom:gpushare:metrics or custom:gpushare:admin"
+        )
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(generate_latest(self.ctx.metrics.registry))
+
+
+class ProfilesHandler(BaseHandler):
+    async def get(self) -> None:
+        user = self.arg("user") or self.identity.name
+        if not self.identity.act_as:
+            self.require(
+                self.identity.kind == "user" and user == self.identity.name,
+                "you may list only your own profiles",
+            )
+        teams = await self.teams_of(user)
+        self.send(
+            {"user": user, "teams": list(teams), "profiles": self.ctx.broker.profiles_view(teams)}
+        )
+
+
+def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
+    base = base_url.rstrip("/") + "/api/v1"
+    kw = {"ctx": ctx}
+    table: list[tuple[str, type]] = [
+        (base + r"/requests", RequestsHandler),
+        (base + r"/requests/([^/]+)", RequestHandler),
+        (base + r"/grants", GrantsHandler),
+        (base + r"/grants/([^/]+)", GrantHandler),
+        (base + r"/teams/([^/]+)/usage", TeamUsageHandler),
+        (base + r"/notices", NoticesHandler),
+        (base + r"/notices/stream", NoticeStreamHandler),
+        (base + r"/heartbeats", HeartbeatHandler),
+        (base + r"/admin/nodes/([^/]+)/(drain|resume)", AdminNodeHandler),
+        (base + r"/admin/reconcile", AdminReconcileHandler),
+        (base + r"/admin/queue", AdminQueueHandler),
+        (base + r"/metrics", MetricsHandler),
+        (base_url.rstrip("/") + r"/metrics", MetricsHandler),
+        (base + r"/policy/profiles", ProfilesHandler),
+        (base + r"/openapi.yaml", OpenAPIHandler),
+        (base_url.rstrip("/") + r"/openapi.yaml", OpenAPIHandler),
+        (base + r"/health", HealthHandler),
+        (base_url.rstrip("/") + r"/?", HealthHandler),
+    ]
+    return [(pattern, handler, kw) for pattern, handler in table]
+
+
+__all__ = ["Context", "routes", "Kind", "Request"]

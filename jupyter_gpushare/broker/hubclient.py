@@ -1,0 +1,70 @@
+"""A small async client of the JupyterHub REST API, with the broker's own token."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+from urllib.parse import quote
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+log = logging.getLogger("gpushare.broker.hub")
+
+
+class HubError(RuntimeError):
+    """The hub could not be asked (down, or refused the broker's token)."""
+
+
+class HubClient:
+    """Users, groups and servers from the hub; stops servers on preemption."""
+
+    def __init__(self, api_url: str, token: str, groups_ttl_s: float = 60.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.token = token
+        self.groups_ttl_s = groups_ttl_s
+        self._groups: dict[str, tuple[float, tuple[str, ...]]] = {}
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        req = HTTPRequest(
+            self.api_url + path,
+            method=method,
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+            body=None if body is None and method in ("GET", "DELETE") else json.dumps(body or {}),
+            allow_nonstandard_methods=True,
+            request_timeout=20,
+        )
+        try:
+            resp = await AsyncHTTPClient().fetch(req)
+        except HTTPClientError as exc:
+            if exc.code in (404, 400):
+                return exc.code, None
+            raise HubError(f"{method} {path}: hub answered {exc.code}") from exc
+        except OSError as exc:
+            raise HubError(f"{method} {path}: {exc}") from exc
+        data = json.loads(resp.body) if resp.body else None
+        return resp.code, data
+
+    async def get_user(self, name: str) -> dict[str, Any] | None:
+        """The hub's model of ``name`` (with ``servers``), or ``None`` if no such user."""
+        code, data = await self._call("GET", f"/users/{quote(name, safe='')}")
+        return data if code == 200 else None
+
+    async def groups_of(self, name: str) -> tuple[str, ...]:
+        cached = self._groups.get(name)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        model = await self.get_user(name)
+        groups = tuple(model.get("groups") or ()) if model else ()
+        self._groups[name] = (time.monotonic() + self.groups_ttl_s, groups)
+        return groups
+
+    async def stop_server(self, user: str, server: str) -> bool:
+        """Ask the hub to stop ``user``'s server (``""`` = default); ``False`` if not running."""
+        path = f"/users/{quote(user, safe='')}/server"
+        if server:
+            path = f"/users/{quote(user, safe='')}/servers/{quote(server, safe='')}"
+        code, _ = await self._call("DELETE", path)
+        log.info("asked the hub to stop %s/%s: %s", user, server, code)
+        return code in (202, 204)
