@@ -781,12 +781,12 @@ def _parse_ask_map(ctx: _Ctx, g: _Fields, pool: Pool | None, hw: _Pools,
 
 def _implied_fraction(ctx: _Ctx, g: _Fields, memory: int | None, compute: int | None,
                       pool: Pool | None, hw: _Pools, models: Sequence[str]) -> int | None:
-    """Charge max(memory / smallest GPU memory of the pool, compute)."""
+    """Charge max(memory / smallest shareable GPU memory of the pool, compute)."""
     candidates = [compute or 0]
     if memory is not None and pool is not None:
         gpus = hw.gpus(pool.name, models)
         if gpus:
-            smallest = min(gpu.memory_mib for gpu in gpus)
+            smallest = min(int(gpu.memory_mib * (1.0 - pool.memory_headroom)) for gpu in gpus)
             candidates.append(-(-memory * UNIT // smallest))
         elif compute is None:
             ctx.error(g.data.line, g.path, f"cannot tell what share of a GPU {memory} MiB is: "
@@ -824,12 +824,12 @@ def _check_fit(ctx: _Ctx, f: _Fields, path: str, ask: GPUAsk, pool: Pool, hw: _P
     elif ask.is_fraction:
         gpus = [g for n in fitting for g in n.gpus if not models or g.model in models]
         room = [(g, int(g.memory_mib * (1.0 - pool.memory_headroom))) for g in gpus]
-        if not any(ask.memory_on(g) <= cap for g, cap in room):
+        if not any(ask.memory_on(g, cap) <= cap for g, cap in room):
             best = max(room, key=lambda r: r[1], default=None)
             where = (f"the largest leaves {format_mib(best[1])} after "
                      f"{pool.memory_headroom:.0%} headroom on a {format_mib(best[0].memory_mib)} "
                      f"{best[0].model}" if best else "it has no GPUs")
-            need = format_mib(ask.memory_on(best[0])) if best else ask.describe()
+            need = format_mib(ask.memory_on(best[0], best[1])) if best else ask.describe()
             ctx.error(line, f"{path}.gpu", f"needs {need} of GPU memory, which fits no GPU of "
                       f"pool {pool.name}: {where} (expected a smaller fraction or memory)")
 

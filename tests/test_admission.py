@@ -111,7 +111,7 @@ def test_higher_priority_preempts_own_teams_preemptible_research_run() -> None:
 def test_debug_pool_grants_now_or_refuses_now() -> None:
     state = ClusterState(policy({"a": {"debug": (4, 0)}}, {"debug": SharingMode.DEBUG},
                                 gpus=1))
-    for i in range(3):
+    for i in range(4):
         grant(state, request("a", "debug", fraction=0.25, user=f"u{i}"), f"g{i}")
     batch = request("a", "debug", fraction=0.25, kind=Kind.BATCH, priority="training")
     decision = decide(state, batch, "g9")

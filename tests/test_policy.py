@@ -168,7 +168,7 @@ def test_base_parses_into_model() -> None:
 def test_memory_and_compute_profile_is_charged_by_the_larger_share() -> None:
     text = BASE + "  - slug: m1\n    pool: shared\n    gpu: {memory: 20GiB, compute: 10%}\n"
     ask = parse_policy(text).profile("m1").gpu  # type: ignore[union-attr]
-    assert ask.fraction_milli == 500  # 20 GiB of the smallest 40 GiB GPU
+    assert ask.fraction_milli == 625  # 20 GiB of the 32 GiB shareable on the smallest 40 GiB GPU
     assert ask.memory_mib == 20480 and ask.compute_milli == 100
     text = BASE + "  - slug: m2\n    pool: shared\n    gpu: {memory: 4GiB, compute: 1/2}\n"
     assert parse_policy(text).profile("m2").gpu.fraction_milli == 500  # type: ignore

@@ -159,13 +159,20 @@ class GPUAsk:
     def is_empty(self) -> bool:
         return self.whole == 0 and self.fraction_milli == 0
 
-    def memory_on(self, gpu: GPU) -> int:
-        """Memory (MiB) this ask takes on ``gpu``."""
+    def memory_on(self, gpu: GPU, shareable_mib: int | None = None) -> int:
+        """Memory (MiB) this ask takes on ``gpu``.
+
+        A fraction is a share of the card's *shareable* memory: its total minus the
+        pool's headroom (``shareable_mib``; the whole card where there is none). So four
+        quarter-GPU grants fill a card of a shared pool and the headroom stays free, and
+        a pool of N cards offers N GPU units to fractions as it does to whole GPUs.
+        """
         if self.whole:
             return gpu.memory_mib
         if self.memory_mib is not None:
             return self.memory_mib
-        return -(-gpu.memory_mib * self.fraction_milli // UNIT)  # ceiling
+        base = gpu.memory_mib if shareable_mib is None else shareable_mib
+        return -(-base * self.fraction_milli // UNIT)  # ceiling
 
     def compute_on(self) -> int:
         """Compute (milli of one GPU) this ask takes on one GPU."""

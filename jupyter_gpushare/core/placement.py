@@ -45,7 +45,7 @@ def _fraction_fits(gs: GPUState, request: Request) -> bool:
     return (
         _model_ok(gs, request)
         and not gs.whole
-        and request.gpu.memory_on(gs.gpu) <= gs.free_mib
+        and request.gpu.memory_on(gs.gpu, gs.capacity_mib) <= gs.free_mib
         and request.gpu.compute_on() <= gs.free_compute
     )
 
@@ -59,7 +59,7 @@ def node_can_host(ns: NodeState, request: Request) -> bool:
 
 def _slice(gs: GPUState, request: Request) -> GPUSlice:
     ask = request.gpu
-    return GPUSlice(gs.gpu.uuid, ask.memory_on(gs.gpu), ask.compute_on())
+    return GPUSlice(gs.gpu.uuid, ask.memory_on(gs.gpu, gs.capacity_mib), ask.compute_on())
 
 
 def place_on_node(ns: NodeState, request: Request) -> Placement | None:
@@ -84,7 +84,9 @@ def place_on_node(ns: NodeState, request: Request) -> Placement | None:
     if not fits:
         return None
     # tightest GPU first; among equals prefer one already shared (keeps idle cards whole)
-    best = min(fits, key=lambda g: (g.free_mib - ask.memory_on(g.gpu), g.idle, g.gpu.index))
+    best = min(
+        fits, key=lambda g: (g.free_mib - ask.memory_on(g.gpu, g.capacity_mib), g.idle, g.gpu.index)
+    )
     return Placement(ns.node.name, (_slice(best, request),))
 
 
@@ -118,7 +120,7 @@ def gpu_free_units(gs: GPUState) -> int:
         return 0
     if gs.idle:
         return UNIT
-    mem_units = gs.free_mib * UNIT // gs.gpu.memory_mib if gs.gpu.memory_mib else 0
+    mem_units = gs.free_mib * UNIT // gs.capacity_mib if gs.capacity_mib else 0
     return max(0, min(gs.free_compute, mem_units))
 
 
