@@ -1,0 +1,302 @@
+"""The spawn form and the rules for user options: pure functions, no I/O.
+
+:func:`choices_for` lists the profiles a user's teams may use (from the policy), and
+:func:`with_availability` adds what the broker says about each (what the team has left,
+whether the profile would borrow and so be preemptible, the queue). :func:`render_form`
+turns them into the HTML of JupyterHub's spawn form, and :func:`validate_options`
+applies the same rules to options that come through the REST API.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+from jupyter_gpushare.core.model import UNIT, Policy, Profile
+
+__all__ = [
+    "OptionsError",
+    "ProfileChoice",
+    "choices_for",
+    "describe_share",
+    "render_form",
+    "validate_options",
+    "with_availability",
+]
+
+ALLOWED_KEYS = frozenset({"profile"})
+"""The only user option the form offers."""
+
+
+class OptionsError(Exception):
+    """User options that are not allowed; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """One profile as the spawn form shows it."""
+
+    slug: str
+    display_name: str
+    description: str
+    pool: str
+    share: str  # "1/8 GPU (17.6 GiB, 12.5% compute)"
+    units: float
+    team: str = ""
+    team_left: float | None = None  # guaranteed units the team has left in the pool
+    borrow_left: float | None = None  # units it may still borrow
+    would_borrow: bool | None = None
+    preemptible: bool | None = None
+    queue: int | None = None  # requests waiting in the pool
+    expected_wait_s: float | None = None
+    available: bool | None = None  # None: unknown (broker not asked)
+    note: str = ""  # why not available, or anything else the broker says
+
+
+# --------------------------------------------------------------------------- choices
+
+
+def _fraction_text(milli: int) -> str:
+    frac = Fraction(milli, UNIT).limit_denominator(64)
+    if frac == Fraction(milli, UNIT) and frac.denominator <= 16:
+        return f"{frac.numerator}/{frac.denominator}" if frac.denominator != 1 else str(frac)
+    return f"{milli / UNIT:g}"
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.3g} GiB"
+
+
+def describe_share(profile: Profile, policy: Policy) -> str:
+    """How much GPU a profile gives, in words a data scientist reads at a glance."""
+    ask = profile.gpu
+    if ask.is_empty:
+        return "no GPU"
+    if ask.whole:
+        return f"{ask.whole} whole GPU" + ("s" if ask.whole > 1 else "")
+    gpus = [g for n in policy.nodes_in(profile.pool) for g in n.gpus]
+    smallest = min((g.memory_mib for g in gpus), default=0)
+    memory = ask.memory_mib
+    if memory is None and smallest:
+        memory = -(-smallest * ask.fraction_milli // UNIT)
+    compute = ask.compute_on() / 10
+    parts = [f"{compute:g}% compute"]
+    if memory:
+        parts.insert(0, _gib(memory))
+    return f"{_fraction_text(ask.fraction_milli)} GPU ({', '.join(parts)})"
+
+
+def choices_for(policy: Policy, groups: Iterable[str]) -> list[ProfileChoice]:
+    """The profiles the user's teams may use, in policy order (availability unknown)."""
+    teams = policy.teams_of(set(groups))
+    team = teams[0] if teams else ""
+    out = []
+    for p in policy.profiles_for(set(teams)):
+        if p.pool:
+            allowed_team = next(
+                (t for t in teams if (tm := policy.team(t)) is not None and tm.quota(p.pool)),
+                None,
+            )
+            if allowed_team is None:
+                continue  # no team of the user has a quota in this pool
+        else:
+            allowed_team = team
+        out.append(
+            ProfileChoice(
+                slug=p.slug,
+                display_name=p.display_name,
+                description=p.description,
+                pool=p.pool,
+                share=describe_share(p, policy),
+                units=p.gpu.units_milli / UNIT,
+                team=allowed_team or "",
+            )
+        )
+    return out
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def with_availability(
+    choices: Sequence[ProfileChoice],
+    broker_profiles: Iterable[Mapping[str, Any]],
+    queued: Mapping[tuple[str, str], int] | None = None,
+) -> list[ProfileChoice]:
+    """Add the broker's view (``GET /policy/profiles?user=``) to each choice.
+
+    Each broker profile carries ``availability``: per team, ``guaranteed``,
+    ``borrow_limit``, ``in_use``, ``within_guarantee``, ``within_borrow_limit`` and
+    ``fits_now``. ``queued`` maps (team, pool) to the team's waiting requests. A profile
+    the broker does not list for the user is dropped (the broker has the last word).
+    """
+    info = {str(p.get("slug")): p for p in broker_profiles if p.get("slug")}
+    queued = queued or {}
+    out = []
+    for c in choices:
+        p = info.get(c.slug)
+        if p is None:
+            if info:
+                continue
+            out.append(c)
+            continue
+        avail = p.get("availability")
+        if not isinstance(avail, Mapping) or not avail:
+            out.append(c)
+            continue
+        team = c.team if c.team in avail else next(iter(avail))
+        a = avail[team]
+        guaranteed = _num(a.get("guaranteed")) or 0.0
+        limit = _num(a.get("borrow_limit")) or 0.0
+        in_use = _num(a.get("in_use")) or 0.0
+        within_g = bool(a.get("within_guarantee"))
+        within_b = bool(a.get("within_borrow_limit", within_g))
+        fits = a.get("fits_now")
+        note = ""
+        if not c.units:
+            would_borrow: bool | None = None
+            available: bool | None = True if fits is None else bool(fits)
+        else:
+            would_borrow = not within_g
+            available = within_b and (fits is None or bool(fits))
+            if not within_b:
+                note = f"team {team} has used its guarantee and borrow limit in pool {c.pool}"
+            elif fits is False:
+                note = "no GPU free for it right now"
+        out.append(
+            replace(
+                c,
+                team=team,
+                team_left=round(max(0.0, guaranteed - in_use), 4),
+                borrow_left=round(max(0.0, guaranteed + limit - max(in_use, guaranteed)), 4),
+                would_borrow=would_borrow,
+                preemptible=would_borrow,
+                queue=queued.get((team, c.pool)),
+                available=available,
+                note=note,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def _status_line(c: ProfileChoice) -> str:
+    bits = []
+    if c.team:
+        left = ""
+        if c.team_left is not None:
+            left = f": {c.team_left:g} GPU left of its guarantee"
+            if c.borrow_left:
+                left += f", may borrow {c.borrow_left:g} more"
+        bits.append(f"team {c.team}{left}")
+    if c.would_borrow:
+        bits.append("would borrow idle capacity: preemptible when the owning team needs it")
+    elif c.would_borrow is False and c.units:
+        bits.append("inside the team's guarantee: not preempted")
+    if c.queue:
+        wait = f", about {round(c.expected_wait_s / 60)} min" if c.expected_wait_s else ""
+        bits.append(f"queue: {c.queue} waiting{wait}")
+    if c.available is False:
+        bits.append("not available now" + (f": {c.note}" if c.note else ""))
+    elif c.note:
+        bits.append(c.note)
+    return "; ".join(bits)
+
+
+def render_form(
+    choices: Sequence[ProfileChoice], selected: str | None = None, message: str = ""
+) -> str:
+    """HTML for JupyterHub's spawn form: one radio button per profile."""
+    if not choices:
+        return (
+            '<div class="alert alert-warning gpushare-noprofile">No server profile is open to '
+            "your teams. Ask your hub admin to add you to a team.</div>"
+        )
+    slugs = [c.slug for c in choices]
+    if selected not in slugs:
+        selected = next((c.slug for c in choices if c.available is not False), slugs[0])
+    rows = []
+    for c in choices:
+        e = html.escape
+        checked = " checked" if c.slug == selected else ""
+        status = _status_line(c)
+        pool = f'<span class="gpushare-pool">pool {e(c.pool)}</span>' if c.pool else ""
+        classes = "gpushare-profile" + (" gpushare-unavailable" if c.available is False else "")
+        rows.append(
+            f'<label class="{classes}" data-slug="{e(c.slug)}" '
+            f'style="display:block;border:1px solid #ddd;border-radius:4px;padding:8px;'
+            f'margin-bottom:6px;font-weight:normal">'
+            f'<input type="radio" name="profile" value="{e(c.slug)}"{checked}> '
+            f"<strong>{e(c.display_name)}</strong> "
+            f'<span class="gpushare-share">{e(c.share)}</span> {pool}'
+            + (f'<div class="gpushare-desc">{e(c.description)}</div>' if c.description else "")
+            + (
+                f'<div class="gpushare-status" style="color:#555">{e(status)}</div>'
+                if status
+                else ""
+            )
+            + "</label>"
+        )
+    banner = f'<div class="alert alert-info">{html.escape(message)}</div>' if message else ""
+    return f'<div class="gpushare-form">{banner}{"".join(rows)}</div>'
+
+
+# --------------------------------------------------------------------------- options
+
+
+def options_from_form(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
+    """Form fields (lists of strings) to user options; unknown fields are kept to be refused."""
+    out: dict[str, Any] = {}
+    for key, values in formdata.items():
+        if key.startswith("_"):  # e.g. _xsrf
+            continue
+        out[key] = values[0] if isinstance(values, list) and len(values) == 1 else values
+    return out
+
+
+def validate_options(
+    options: Mapping[str, Any] | None,
+    allowed: Sequence[str],
+    known: Iterable[str],
+) -> str:
+    """The profile slug to start, or :class:`OptionsError` saying what is wrong.
+
+    ``allowed``: slugs the user's teams may use, in order (the first is the default);
+    ``known``: every slug of the policy (to tell "not allowed" from "no such profile").
+    """
+    options = dict(options or {})
+    extra = sorted(set(options) - ALLOWED_KEYS)
+    if extra:
+        raise OptionsError(
+            f"option(s) not offered: {', '.join(extra)}; the only option is 'profile' "
+            f"(one of: {', '.join(allowed) or 'none'})",
+            400,
+        )
+    if not allowed:
+        raise OptionsError("no server profile is open to your teams", 403)
+    slug = options.get("profile")
+    if slug is None or slug == "":
+        return allowed[0]
+    if not isinstance(slug, str):
+        raise OptionsError(f"profile must be a string, not {type(slug).__name__}", 400)
+    if slug in allowed:
+        return slug
+    if slug in set(known):
+        raise OptionsError(
+            f"profile {slug!r} is not allowed for your teams; allowed: {', '.join(allowed)}", 403
+        )
+    raise OptionsError(f"no such profile {slug!r}; allowed: {', '.join(allowed)}", 400)

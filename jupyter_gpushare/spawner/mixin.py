@@ -1,0 +1,466 @@
+"""What both gpushare spawners share: profile choice, the broker, grants in spawner state.
+
+``GPUShareSpawner`` is a :class:`~jupyterhub.spawner.Spawner` subclass used as a mixin in
+front of a concrete spawner::
+
+    class LocalGPUShareSpawner(GPUShareSpawner, LocalProcessSpawner): ...
+    class KubeGPUShareSpawner(GPUShareSpawner, KubeSpawner): ...
+
+so both pick up configuration from ``c.GPUShareSpawner`` (``broker_url``,
+``broker_api_token``, ``policy_file``, ...) as well as their own section.
+
+Start: resolve the profile (the rules of :mod:`.form`), ask the broker, wait in its queue
+while reporting the position on the progress page, then apply the grant
+(:meth:`apply_grant`, per spawner) and start the server. A refusal ends the spawn at once
+with :class:`~jupyterhub.spawner.SpawnException` carrying the broker's reason. Stop: stop
+the server, then release the grant. The grant id lives in the spawner state, so a hub
+restart finds servers and grants as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from typing import Any
+
+from jupyterhub.spawner import Spawner, SpawnException
+from jupyterhub.utils import maybe_future
+from traitlets import Float, Unicode, default
+
+from jupyter_gpushare.broker.client import BrokerClient, BrokerError, GrantInfo, RequestAnswer
+from jupyter_gpushare.core.model import Policy, Profile
+from jupyter_gpushare.spawner import form as formlib
+
+__all__ = ["GPUShareSpawner", "GPUShareSpawnerMixin"]
+
+DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
+
+_POLICY_CACHE: dict[str, tuple[float, Policy]] = {}
+
+
+def load_policy_cached(path: str) -> Policy:
+    """Load the policy file, again only when it changed on disk."""
+    from jupyter_gpushare.policy import load_policy
+
+    mtime = os.stat(path).st_mtime
+    hit = _POLICY_CACHE.get(path)
+    if hit and hit[0] == mtime:
+        return hit[1]
+    policy = load_policy(path)
+    _POLICY_CACHE[path] = (mtime, policy)
+    return policy
+
+
+async def _render_form(spawner: GPUShareSpawner) -> str:
+    return await spawner.render_gpushare_form()
+
+
+def _apply_options_hook(spawner: GPUShareSpawner, user_options: dict[str, Any]) -> Any:
+    return spawner.resolve_profile(user_options)
+
+
+class GPUShareSpawner(Spawner):
+    """Mixin: put it first in the bases of a concrete spawner."""
+
+    broker_url = Unicode(
+        os.environ.get("GPUSHARE_BROKER_URL", DEFAULT_BROKER_URL),
+        config=True,
+        help="Base URL of the gpushare broker API (ends in /api/v1), as the hub reaches it.",
+    )
+    broker_api_token = Unicode(
+        os.environ.get("GPUSHARE_BROKER_API_TOKEN", ""),
+        config=True,
+        help="JupyterHub API token the hub's spawners present to the broker.",
+    )
+    server_broker_url = Unicode(
+        "",
+        config=True,
+        help="""Broker URL as the single-user server reaches it (GPUSHARE_BROKER_URL in its
+        environment). Default: the hub's public URL + /services/gpushare/api/v1.""",
+    )
+    policy_file = Unicode(
+        os.environ.get("GPUSHARE_POLICY", ""),
+        config=True,
+        help="""The gpushare policy file. Read in the hub to build the spawn form and to
+        check user options; the broker alone decides grants. Empty: ask the broker.""",
+    )
+    queue_poll_interval = Float(1.0, config=True, help="Seconds between queue status polls.")
+    queue_timeout = Float(
+        900.0,
+        config=True,
+        help="""Longest wait in the broker's queue before the spawn gives up (the request is
+        cancelled). start_timeout defaults to this plus http_timeout.""",
+    )
+    form_broker_timeout = Float(
+        3.0, config=True, help="Seconds the spawn form waits for the broker's availability."
+    )
+
+    @default("start_timeout")
+    def _default_start_timeout(self) -> int:
+        return int(self.queue_timeout + 120)
+
+    @default("options_form")
+    def _default_options_form(self) -> Any:
+        return _render_form
+
+    @default("apply_user_options")
+    def _default_apply_user_options(self) -> Any:
+        return _apply_options_hook
+
+    # ---------------------------------------------------------------- state
+
+    grant_id: str | None = None
+    gpushare_request_id: str | None = None
+    gpushare_profile: str | None = None
+    gpushare_grant: GrantInfo | None = None
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self.grant_id:
+            state["gpushare_grant_id"] = self.grant_id
+            state["gpushare_request_id"] = self.gpushare_request_id
+            state["gpushare_profile"] = self.gpushare_profile
+            if self.gpushare_grant is not None:
+                state["gpushare_grant"] = self.gpushare_grant.to_json()
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.grant_id = state.get("gpushare_grant_id") or None
+        self.gpushare_request_id = state.get("gpushare_request_id") or None
+        self.gpushare_profile = state.get("gpushare_profile") or None
+        raw = state.get("gpushare_grant")
+        self.gpushare_grant = GrantInfo.from_json(raw) if isinstance(raw, dict) else None
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        gid = getattr(self, "grant_id", None)
+        if gid:
+            # the server is gone (or a new one starts): its grant must not outlive it
+            self._schedule_release(gid)
+        self.grant_id = None
+        self.gpushare_request_id = None
+        self.gpushare_grant = None
+        # a new spawn starts from here: the progress page waits for our events
+        self.__dict__["_gpushare_events"] = []
+        self.__dict__["_gpushare_granted"] = False
+
+    # ---------------------------------------------------------------- helpers
+
+    @property
+    def broker(self) -> BrokerClient:
+        client = getattr(self, "_gpushare_client", None)
+        if client is None or client.base_url != self.broker_url.rstrip("/"):
+            client = BrokerClient(self.broker_url, self.broker_api_token)
+            self._gpushare_client = client
+        return client
+
+    def user_groups(self) -> list[str]:
+        return sorted(g.name for g in getattr(self.user, "groups", []) or [])
+
+    def gpushare_policy(self) -> Policy | None:
+        if not self.policy_file:
+            return None
+        return load_policy_cached(self.policy_file)
+
+    def singleuser_broker_url(self) -> str:
+        if self.server_broker_url:
+            return self.server_broker_url
+        hub = getattr(self, "public_url", "") or ""
+        if not hub:
+            return self.broker_url
+        return hub.split("/user/")[0].rstrip("/") + "/services/gpushare/api/v1"
+
+    def gpu_memory_map(self) -> dict[str, int]:
+        policy = self.gpushare_policy()
+        if policy is None:
+            return {}
+        return {g.uuid: g.memory_mib for n in policy.nodes for g in n.gpus}
+
+    def _event(self, progress: int, message: str, **extra: Any) -> None:
+        events = self.__dict__.setdefault("_gpushare_events", [])
+        events.append({"progress": progress, "message": message, **extra})
+        self.log.info("gpushare %s: %s", self._log_name, message)
+
+    # ---------------------------------------------------------------- profile and form
+
+    async def allowed_choices(self) -> list[formlib.ProfileChoice]:
+        """Profiles the user may pick, with availability when the broker answers in time."""
+        policy = self.gpushare_policy()
+        choices = formlib.choices_for(policy, self.user_groups()) if policy else []
+        try:
+            info = await asyncio.wait_for(
+                self.broker.profiles(self.user.name), self.form_broker_timeout
+            )
+        except (BrokerError, asyncio.TimeoutError) as exc:
+            self.log.warning("gpushare: no availability from the broker for the form: %s", exc)
+            return choices
+        if not choices:  # no policy file here: the broker's list is the list
+            choices = [
+                formlib.ProfileChoice(
+                    slug=str(p["slug"]),
+                    display_name=str(p.get("display_name") or p["slug"]),
+                    description=str(p.get("description") or ""),
+                    pool=str(p.get("pool") or ""),
+                    share=str((p.get("gpu") or {}).get("describe") or ""),
+                    units=float((p.get("gpu") or {}).get("count") or 0)
+                    or float((p.get("gpu") or {}).get("fraction") or 0),
+                )
+                for p in info
+                if p.get("slug")
+            ]
+        queued: dict[tuple[str, str], int] = {}
+        for team in {c.team for c in choices if c.team}:
+            try:
+                usage = await asyncio.wait_for(
+                    self.broker.team_usage(team), self.form_broker_timeout
+                )
+            except (BrokerError, asyncio.TimeoutError):
+                continue
+            for pool, row in (usage.get("pools") or {}).items():
+                if isinstance(row, dict) and row.get("queued"):
+                    queued[(team, pool)] = int(row["queued"])
+        return formlib.with_availability(choices, info, queued)
+
+    async def render_gpushare_form(self) -> str:
+        choices = await self.allowed_choices()
+        selected = (self.user_options or {}).get("profile") or self.gpushare_profile
+        return formlib.render_form(choices, selected)
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        return formlib.options_from_form(formdata)
+
+    def resolve_profile(self, user_options: dict[str, Any] | None = None) -> str:
+        """The profile slug to start, checked against the policy; SpawnException if not."""
+        options = self.user_options if user_options is None else user_options
+        policy = self.gpushare_policy()
+        if policy is None:
+            # nothing to check against here: only the option names; the broker decides
+            try:
+                extra = sorted(set(options or {}) - formlib.ALLOWED_KEYS)
+                if extra:
+                    raise formlib.OptionsError(f"option(s) not offered: {', '.join(extra)}")
+                slug = (options or {}).get("profile")
+                if not isinstance(slug, str) or not slug:
+                    raise formlib.OptionsError("choose a profile (option 'profile')")
+            except formlib.OptionsError as exc:
+                raise SpawnException(
+                    exc.message, reason="invalid-options", status_code=exc.status
+                ) from None
+            return slug
+        allowed = [c.slug for c in formlib.choices_for(policy, self.user_groups())]
+        try:
+            slug = formlib.validate_options(options, allowed, [p.slug for p in policy.profiles])
+        except formlib.OptionsError as exc:
+            raise SpawnException(
+                exc.message, reason="invalid-options", status_code=exc.status
+            ) from None
+        return slug
+
+    def apply_profile(self, profile: Profile) -> None:
+        """CPU and memory of the profile (guarantees where the spawner knows them)."""
+        if profile.cpu_milli:
+            self.cpu_limit = profile.cpu_milli / 1000
+            self.cpu_guarantee = profile.cpu_milli / 1000
+        if profile.memory_mib:
+            self.mem_limit = profile.memory_mib * 1024 * 1024
+            self.mem_guarantee = profile.memory_mib * 1024 * 1024
+
+    def apply_grant(self, grant: GrantInfo, profile: Profile | None) -> None:
+        """Make the grant real for the server about to start (per spawner)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- start and stop
+
+    async def _wait_in_queue(self, answer: RequestAnswer, label: str) -> RequestAnswer:
+        deadline = time.monotonic() + self.queue_timeout
+        last = None
+        while answer.pending:
+            note = (answer.status, answer.position)
+            if note != last:
+                last = note
+                if answer.status == "preempting":
+                    msg = (
+                        f"Reclaiming borrowed GPU capacity for {label}: "
+                        + (answer.reason or "the borrowing servers get their grace period")
+                    )
+                else:
+                    pos = f"position {answer.position}" if answer.position else "waiting"
+                    wait = (
+                        f", expected wait about {max(1, round(answer.expected_wait_s / 60))} min"
+                        if answer.expected_wait_s
+                        else ""
+                    )
+                    msg = f"Queued for {label}: {pos}{wait}" + (
+                        f" ({answer.reason})" if answer.reason else ""
+                    )
+                self._event(10, msg, gpushare={"status": answer.status,
+                                                "position": answer.position,
+                                                "request_id": answer.request_id})
+            if time.monotonic() > deadline:
+                await self._cancel_request(answer.request_id)
+                raise SpawnException(
+                    f"No GPU share for {label} after waiting {self.queue_timeout:.0f} s in the "
+                    "queue; the request was withdrawn. Try a smaller profile or later.",
+                    reason="gpushare-queue-timeout",
+                    status_code=503,
+                )
+            await asyncio.sleep(self.queue_poll_interval)
+            answer = await self.broker.get_request(answer.request_id)
+        return answer
+
+    async def _cancel_request(self, request_id: str) -> None:
+        try:
+            await self.broker.cancel_request(request_id)
+        except BrokerError as exc:
+            self.log.warning("gpushare: could not cancel request %s: %s", request_id, exc)
+
+    async def acquire_grant(self, slug: str, label: str) -> GrantInfo:
+        key = f"{self.user.name}/{self.name}/{uuid.uuid4().hex}"
+        try:
+            answer = await self.broker.request(
+                user=self.user.name,
+                server=self.name,
+                groups=self.user_groups(),
+                profile=slug,
+                idempotency_key=key,
+            )
+        except BrokerError as exc:
+            status = exc.status if 400 <= exc.status < 500 else 503
+            raise SpawnException(
+                f"The GPU broker could not take the request for {label}: {exc.reason}",
+                reason="gpushare-broker",
+                status_code=status,
+            ) from None
+        self.gpushare_request_id = answer.request_id
+        try:
+            answer = await self._wait_in_queue(answer, label)
+        except asyncio.CancelledError:
+            # the hub gave up (start_timeout) or the user cancelled: leave the queue
+            await asyncio.shield(self._cancel_request(answer.request_id))
+            raise
+        except BrokerError as exc:
+            await self._cancel_request(answer.request_id)
+            raise SpawnException(
+                f"Lost contact with the GPU broker while waiting for {label}: {exc.reason}",
+                reason="gpushare-broker",
+                status_code=503,
+            ) from None
+        if answer.status != "granted" or answer.grant is None:
+            code = (answer.code or "").lower()
+            status = 403 if code in ("forbidden", "not_allowed", "not-allowed") else 409
+            raise SpawnException(
+                f"Cannot start {label}: {answer.reason or 'refused by the GPU broker'}",
+                reason=f"gpushare-{code or 'refused'}",
+                status_code=status,
+            )
+        return answer.grant
+
+    async def start(self) -> Any:  # type: ignore[override]
+        self.__dict__["_gpushare_events"] = []
+        self.__dict__["_gpushare_granted"] = False
+        try:
+            slug = self.resolve_profile()
+            policy = self.gpushare_policy()
+            profile = policy.profile(slug) if policy else None
+            label = f"profile '{profile.display_name if profile else slug}'"
+            self.gpushare_profile = slug
+            self._event(5, f"Asking the GPU broker for {label}")
+            grant = await self.acquire_grant(slug, label)
+            self.grant_id = grant.id
+            self.gpushare_grant = grant
+            gpus = ", ".join(g.uuid for g in grant.gpus) or "no GPU"
+            self._event(
+                30,
+                f"Granted {grant.units:g} GPU on {grant.node or 'this machine'} ({gpus})"
+                + (", borrowed: preemptible" if grant.borrowed else ""),
+                gpushare={"grant_id": grant.id},
+            )
+        finally:
+            self.__dict__["_gpushare_granted"] = True
+        try:
+            if profile is not None:
+                self.apply_profile(profile)
+            self.apply_grant(grant, profile)
+            return await maybe_future(super().start())
+        except BaseException:
+            gid, self.grant_id = self.grant_id, None
+            if gid:
+                await asyncio.shield(self.release_grant(gid))
+            raise
+
+    async def stop(self, now: bool = False) -> Any:  # type: ignore[override]
+        gid = self.grant_id
+        try:
+            return await maybe_future(super().stop(now=now))
+        finally:
+            if gid:
+                await self.release_grant(gid)
+                if self.grant_id == gid:
+                    self.grant_id = None
+
+    async def poll(self) -> Any:  # type: ignore[override]
+        status = await maybe_future(super().poll())
+        gid = self.grant_id
+        if status is None and gid and not self.__dict__.get("_gpushare_checked"):
+            # first look after a hub restart: does the broker still know this grant?
+            self.__dict__["_gpushare_checked"] = True
+            try:
+                grant = await self.broker.get_grant(gid)
+            except BrokerError as exc:
+                self.log.warning("gpushare: cannot check grant %s: %s", gid, exc)
+            else:
+                if grant is None or grant.raw.get("released_at"):
+                    self.log.warning(
+                        "gpushare: %s runs but its grant %s is no longer live",
+                        self._log_name,
+                        gid,
+                    )
+                else:
+                    self.gpushare_grant = grant
+        return status
+
+    async def release_grant(self, grant_id: str) -> None:
+        """Release a grant once, even if several paths ask at the same time."""
+        pending: dict[str, asyncio.Future] = self.__dict__.setdefault("_gpushare_releasing", {})
+        fut = pending.get(grant_id)
+        if fut is None:
+            fut = asyncio.ensure_future(self._release(grant_id))
+            pending[grant_id] = fut
+            fut.add_done_callback(lambda _f: pending.pop(grant_id, None))
+        await asyncio.shield(fut)
+
+    async def _release(self, grant_id: str) -> None:
+        try:
+            await self.broker.release_grant(grant_id)
+            self.log.info("gpushare: released grant %s of %s", grant_id, self._log_name)
+        except BrokerError as exc:
+            # the broker reconciles grants of stopped servers on its side
+            self.log.warning("gpushare: could not release grant %s: %s", grant_id, exc)
+
+    def _schedule_release(self, grant_id: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.log.warning("gpushare: no event loop to release grant %s", grant_id)
+            return
+        loop.create_task(self.release_grant(grant_id))
+
+    async def progress(self) -> Any:
+        """Queue position and grant on the spawn page, then the spawner's own progress."""
+        sent = 0
+        while True:
+            events = self.__dict__.get("_gpushare_events", [])
+            while sent < len(events):
+                yield events[sent]
+                sent += 1
+            if self.__dict__.get("_gpushare_granted", True) or not self._spawn_pending:
+                break
+            await asyncio.sleep(0.2)
+        async for event in super().progress():
+            yield event
+
+
+GPUShareSpawnerMixin = GPUShareSpawner
