@@ -28,13 +28,21 @@ def free_port() -> int:
 
 
 def user_model(name: str, groups: list[str], extra: list[str] | None = None) -> dict[str, Any]:
-    return {"kind": "user", "name": name, "groups": groups,
-            "scopes": [ACCESS, f"access:servers!user={name}", *(extra or [])]}
+    return {
+        "kind": "user",
+        "name": name,
+        "groups": groups,
+        "scopes": [ACCESS, f"access:servers!user={name}", *(extra or [])],
+    }
 
 
 def server_model(name: str, server: str, groups: list[str]) -> dict[str, Any]:
-    return {"kind": "user", "name": name, "groups": groups,
-            "scopes": [ACCESS, f"access:servers!server={name}/{server}", f"users:activity!user={name}"]}
+    return {
+        "kind": "user",
+        "name": name,
+        "groups": groups,
+        "scopes": [ACCESS, f"access:servers!server={name}/{server}", f"users:activity!user={name}"],
+    }
 
 
 def static_tokens(users: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
@@ -44,37 +52,68 @@ def static_tokens(users: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
     for name, groups in users.items():
         table[f"tok-{name}"] = user_model(name, groups)
         table[f"tok-{name}-srv"] = server_model(name, "", groups)
-    table["tok-spawner"] = {"kind": "service", "name": "gpushare-spawner",
-                            "scopes": ["custom:gpushare:act-as-users", ACCESS]}
-    table["tok-admin"] = {"kind": "user", "name": "boss", "groups": [],
-                          "scopes": ["custom:gpushare:admin", ACCESS]}
-    table["tok-metrics"] = {"kind": "service", "name": "prom", "scopes": ["custom:gpushare:metrics"]}
-    table["tok-noaccess"] = {"kind": "user", "name": "nobody", "groups": [],
-                             "scopes": ["access:servers!user=nobody"]}
+    table["tok-spawner"] = {
+        "kind": "service",
+        "name": "gpushare-spawner",
+        "scopes": ["custom:gpushare:act-as-users", ACCESS],
+    }
+    table["tok-admin"] = {
+        "kind": "user",
+        "name": "boss",
+        "groups": [],
+        "scopes": ["custom:gpushare:admin", ACCESS],
+    }
+    table["tok-metrics"] = {
+        "kind": "service",
+        "name": "prom",
+        "scopes": ["custom:gpushare:metrics"],
+    }
+    table["tok-noaccess"] = {
+        "kind": "user",
+        "name": "nobody",
+        "groups": [],
+        "scopes": ["access:servers!user=nobody"],
+    }
     return table
 
 
-async def start_broker(policy: Any, db_url: str, tokens: dict[str, Any], **traits: Any) -> BrokerApp:
+async def start_broker(
+    policy: Any, db_url: str, tokens: dict[str, Any], **traits: Any
+) -> BrokerApp:
     app = BrokerApp(
-        policy=policy, db_url=db_url, port=free_port(), ip="127.0.0.1", use_hub=False,
-        authenticator_class=StaticTokenAuthenticator, reconcile_on_start=False,
-        reconcile_interval_s=0, **traits,
+        policy=policy,
+        db_url=db_url,
+        port=free_port(),
+        ip="127.0.0.1",
+        use_hub=False,
+        authenticator_class=StaticTokenAuthenticator,
+        reconcile_on_start=False,
+        reconcile_interval_s=0,
+        **traits,
     )
     app.config.StaticTokenAuthenticator.tokens = tokens
     await app.start_async()
     return app
 
 
-async def call(app_or_url: Any, method: str, path: str, token: str | None = None,
-               body: Any = None) -> tuple[int, Any]:
+async def call(
+    app_or_url: Any, method: str, path: str, token: str | None = None, body: Any = None
+) -> tuple[int, Any]:
     """One HTTP call; returns (status, parsed JSON or text or None)."""
-    base = app_or_url if isinstance(app_or_url, str) else f"http://127.0.0.1:{app_or_url.port}{BASE}"
+    base = (
+        app_or_url if isinstance(app_or_url, str) else f"http://127.0.0.1:{app_or_url.port}{BASE}"
+    )
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"token {token}"
-    req = HTTPRequest(base + path, method=method, headers=headers,
-                      body=None if body is None else json.dumps(body),
-                      allow_nonstandard_methods=True, request_timeout=30)
+    req = HTTPRequest(
+        base + path,
+        method=method,
+        headers=headers,
+        body=None if body is None else json.dumps(body),
+        allow_nonstandard_methods=True,
+        request_timeout=30,
+    )
     resp = await AsyncHTTPClient().fetch(req, raise_error=False)
     if resp.code == 599:
         raise ConnectionError(str(resp.error))

@@ -302,6 +302,13 @@ class RequestsHandler(BaseHandler):
         spec["max_runtime_s"] = _num(body, "max_runtime_s", integer=True, maximum=10**9)
         now = broker.clock()
         rid = new_id("r")
+        if not spec["pool"] and spec["gpu_ask"].is_empty:
+            req = make_request(
+                broker.policy, request_id=rid, user=user, team=team or "", body=spec, now=now
+            )
+            view = broker.refuse(req, "no GPU asked: nothing to grant", "no_gpu", idem, "granted")
+            self.send(view, 201)
+            return
         if team is None:
             why = f"{user} is in no team that may use " + (
                 f"profile {profile.slug}" if profile else f"pool {spec['pool']}"

@@ -389,9 +389,15 @@ class Broker:
         return self._view_from_decision(req, decision, status, grant, now)
 
     def refuse(
-        self, req: Request, reason: str, code: str, idempotency_key: str | None = None
+        self,
+        req: Request,
+        reason: str,
+        code: str,
+        idempotency_key: str | None = None,
+        status: str = "refused",
     ) -> dict[str, Any]:
-        """Record a request refused before the core saw it (e.g. the user is in no team)."""
+        """Record a request answered without the core: the user is in no team (refused), or
+        it asks for no GPU at all (status ``granted``, code ``no_gpu``, no grant)."""
         now = self.clock()
         with self.engine.begin() as conn:
             conn.execute(
@@ -403,7 +409,7 @@ class Broker:
                     pool=req.pool,
                     kind=req.kind.value,
                     profile=req.profile,
-                    status="refused",
+                    status=status,
                     reason=reason,
                     code=code,
                     spec=request_to_spec(req),
@@ -413,9 +419,9 @@ class Broker:
                     updated_at=now,
                 )
             )
-        self.observer.admission(req.pool, "refused", code)
+        self.observer.admission(req.pool, status, code)
         return self._view_from_decision(
-            req, Decision(Outcome.REFUSED, reason, code), "refused", None, now
+            req, Decision(Outcome(status), reason, code), status, None, now
         )
 
     def list_requests(self, user: str | None = None, limit: int = 200) -> list[dict[str, Any]]:

@@ -1,0 +1,205 @@
+"""One call in ``jupyterhub_config.py`` wires jupyter-gpushare into JupyterHub::
+
+    from jupyter_gpushare.hubsetup import setup_gpushare
+    setup_gpushare(c, "/etc/jupyterhub/gpushare.yaml", admin_users=["ada"])
+
+It adds:
+
+* the managed service ``gpushare`` (the broker, started by the hub, listening on
+  ``127.0.0.1:<broker_port>``, proxied at ``/services/gpushare/``) and the URL-less service
+  ``gpushare-spawner`` whose token the spawner uses (set as ``c.GPUShareSpawner.broker_api_token``
+  with ``c.GPUShareSpawner.broker_url``);
+* custom scopes ``custom:gpushare:admin``, ``custom:gpushare:act-as-users`` and
+  ``custom:gpushare:metrics``, and roles: ``gpushare-broker`` (what the broker needs from the
+  hub: read users, groups and servers, stop servers), ``gpushare-spawner`` (act-as-users),
+  ``gpushare-admin`` (for ``admin_users``) and ``access:services!service=gpushare`` added to the
+  ``user`` role so users' own tokens may call the broker;
+* ``c.Spawner.server_token_scopes``: JupyterHub's default for the server token (the ``server``
+  role: ``users:activity!user`` and ``access:servers!server``) plus
+  ``access:services!service=gpushare``, so a single-user server may talk to the broker for
+  its own server only;
+* ``c.JupyterHub.spawner_class`` (``local``, ``simple`` or ``kube``) and the environment
+  ``GPUSHARE_BROKER_URL`` of single-user servers.
+
+The two service tokens are kept in ``gpushare_tokens.json`` in ``data_dir`` (default: the
+directory of the hub's SQLite database, else the working directory) so they survive restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from typing import Any
+
+SPAWNERS = {
+    "local": "jupyter_gpushare.spawner.local.LocalGPUShareSpawner",
+    "simple": "jupyter_gpushare.spawner.local.SimpleLocalGPUShareSpawner",
+    "kube": "jupyter_gpushare.spawner.kube.KubeGPUShareSpawner",
+}
+SERVICE = "gpushare"
+SPAWNER_SERVICE = "gpushare-spawner"
+ACCESS = f"access:services!service={SERVICE}"
+CUSTOM_SCOPES = {
+    "custom:gpushare:admin": {
+        "description": "See and change every GPU grant, drain nodes, reconcile, read metrics.",
+    },
+    "custom:gpushare:act-as-users": {
+        "description": "Request and release GPU shares for any user (the hub's spawner).",
+    },
+    "custom:gpushare:metrics": {"description": "Read the gpushare broker's Prometheus metrics."},
+}
+BROKER_HUB_SCOPES = [
+    "list:users",
+    "read:users",
+    "read:users:groups",
+    "read:groups",
+    "read:servers",
+    "delete:servers",
+    "servers",
+]
+# JupyterHub's default server token scopes (the 'server' role in jupyterhub/roles.py)
+DEFAULT_SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server"]
+
+
+def _cfg_get(section: Any, name: str, default: Any) -> Any:
+    try:
+        return section.get(name, default)
+    except TypeError:
+        return default
+
+
+def _data_dir(c: Any) -> str:
+    db_url = _cfg_get(c.JupyterHub, "db_url", "sqlite:///jupyterhub.sqlite")
+    if isinstance(db_url, str) and db_url.startswith("sqlite:///"):
+        path = db_url[len("sqlite:///") :]
+        return (
+            os.path.dirname(os.path.abspath(path)) if path and path != ":memory:" else os.getcwd()
+        )
+    return os.getcwd()
+
+
+def _tokens(data_dir: str) -> dict[str, str]:
+    path = os.path.join(data_dir, "gpushare_tokens.json")
+    tokens: dict[str, str] = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            tokens = json.load(f)
+    changed = False
+    for key in ("broker", "spawner"):
+        if not tokens.get(key):
+            tokens[key] = secrets.token_hex(32)
+            changed = True
+    if changed:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(tokens, f)
+    return tokens
+
+
+def setup_gpushare(
+    c: Any,
+    policy_file: str,
+    *,
+    db_url: str | None = None,
+    spawner: str | None = "local",
+    broker_port: int = 10101,
+    broker_ip: str = "127.0.0.1",
+    admin_users: list[str] | tuple[str, ...] = (),
+    data_dir: str | None = None,
+    broker_args: list[str] | tuple[str, ...] = (),
+    broker_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Wire the broker service, roles, scopes, spawner class and server token scopes into ``c``.
+
+    Returns what it set up (service URLs and tokens) for tests and further config.
+    """
+    data_dir = data_dir or _data_dir(c)
+    os.makedirs(data_dir, exist_ok=True)
+    tokens = _tokens(data_dir)
+    db_url = db_url or "sqlite:///" + os.path.join(data_dir, "gpushare.sqlite")
+    service_url = f"http://{broker_ip}:{broker_port}"
+    api_url = f"{service_url}/services/{SERVICE}/api/v1"
+
+    command = [
+        sys.executable,
+        "-m",
+        "jupyter_gpushare.broker",
+        f"--BrokerApp.policy_file={os.path.abspath(policy_file)}",
+        f"--BrokerApp.db_url={db_url}",
+        *broker_args,
+    ]
+    services = list(_cfg_get(c.JupyterHub, "services", []))
+    services = [s for s in services if s.get("name") not in (SERVICE, SPAWNER_SERVICE)]
+    services.append(
+        {
+            "name": SERVICE,
+            "url": service_url,
+            "command": command,
+            "api_token": tokens["broker"],
+            "environment": dict(broker_env or {}),
+            "display": False,
+            "cwd": data_dir,
+        }
+    )
+    services.append({"name": SPAWNER_SERVICE, "api_token": tokens["spawner"]})
+    c.JupyterHub.services = services
+
+    custom = dict(_cfg_get(c.JupyterHub, "custom_scopes", {}))
+    custom.update(CUSTOM_SCOPES)
+    c.JupyterHub.custom_scopes = custom
+
+    roles = [
+        r
+        for r in _cfg_get(c.JupyterHub, "load_roles", [])
+        if r.get("name") not in ("gpushare-broker", "gpushare-spawner", "gpushare-admin")
+    ]
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    if ACCESS not in user_role.setdefault("scopes", ["self"]):
+        user_role["scopes"] = [*user_role["scopes"], ACCESS]
+    roles.append(
+        {
+            "name": "gpushare-broker",
+            "description": "the gpushare broker",
+            "scopes": BROKER_HUB_SCOPES,
+            "services": [SERVICE],
+        }
+    )
+    roles.append(
+        {
+            "name": "gpushare-spawner",
+            "description": "the hub's GPU spawner",
+            "scopes": ["custom:gpushare:act-as-users", ACCESS],
+            "services": [SPAWNER_SERVICE],
+        }
+    )
+    roles.append(
+        {
+            "name": "gpushare-admin",
+            "description": "gpushare administrators",
+            "scopes": ["custom:gpushare:admin", ACCESS],
+            "users": list(admin_users),
+        }
+    )
+    c.JupyterHub.load_roles = roles
+
+    scopes = _cfg_get(c.Spawner, "server_token_scopes", None)
+    if not isinstance(scopes, list):
+        scopes = list(DEFAULT_SERVER_TOKEN_SCOPES)
+    if ACCESS not in scopes:
+        scopes = [*scopes, ACCESS]
+    c.Spawner.server_token_scopes = scopes
+
+    env = dict(_cfg_get(c.Spawner, "environment", {}))
+    env["GPUSHARE_BROKER_URL"] = api_url
+    c.Spawner.environment = env
+
+    if spawner:
+        c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
+    c.GPUShareSpawner.broker_url = api_url
+    c.GPUShareSpawner.broker_api_token = tokens["spawner"]
+    return {"service_url": service_url, "api_url": api_url, "tokens": tokens, "db_url": db_url}

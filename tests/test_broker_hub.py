@@ -1,0 +1,268 @@
+"""The broker as a real JupyterHub managed service, wired by ``setup_gpushare``, with real tokens.
+
+One hub (with its proxy) for the module; the broker is started by the hub from the
+service entry that ``hubsetup.setup_gpushare`` writes, and every call goes through the proxy
+at ``/services/gpushare/api/v1`` with tokens the hub issued. Every handler is checked to
+refuse calls without a token, with an unknown token, with a token lacking access to the
+service, and from the wrong user.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+from realhub import REPO, free_port, proxy_available, real_hub
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow]
+
+POLICY = REPO / "hub_config" / "gpushare.yaml"
+SERVER_SCOPES = [
+    "access:servers!server=alice/",
+    "access:services!service=gpushare",
+    "users:activity!user=alice",
+]
+
+
+class Client:
+    def __init__(self, base: str) -> None:
+        self.base = base
+
+    def __call__(
+        self, method: str, path: str, token: str | None = None, body: Any = None
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"token {token}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            raw, status = exc.read(), exc.code
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    if not proxy_available():
+        pytest.skip("configurable-http-proxy is not installed in hub_config/proxy (npm install)")
+    tmp = tmp_path_factory.mktemp("hub")
+    port = free_port()
+    extra = f"""
+from jupyter_gpushare.hubsetup import setup_gpushare
+setup_gpushare(c, {str(POLICY)!r}, spawner=None, broker_port={port}, admin_users=["ada"],
+               data_dir=HUB_TMP, broker_args=["--BrokerApp.reconcile_min_age_s=0",
+                                              "--BrokerApp.reconcile_interval_s=0"])
+"""
+    with real_hub(tmp, extra) as hub:
+        client = Client(hub.url + "/services/gpushare/api/v1")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, body = client("GET", "/health")
+                if status == 200 and body.get("status") == "ok":
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("broker did not start:\n" + hub.log_text()[-5000:])
+            time.sleep(0.3)
+        hub.create_user("alice", ["vision"])
+        hub.create_user("bob", ["nlp"])
+        tokens = json.loads((tmp / "gpushare_tokens.json").read_text())
+        toks = {
+            "alice": hub.token_for("alice"),
+            "alice-srv": hub.token_for("alice", SERVER_SCOPES),
+            "alice-noaccess": hub.token_for("alice", ["read:users:name!user=alice"]),
+            "bob": hub.token_for("bob"),
+            "ada": hub.token_for("ada"),
+            "spawner": tokens["spawner"],
+            "hubadmin": hub.admin_token,
+        }
+        yield hub, client, toks
+
+
+def test_setup_wires_service_roles_and_scopes(env: Any) -> None:
+    hub, client, toks = env
+    status, svc = hub.api("GET", "/services/gpushare")
+    assert status == 200 and svc["name"] == "gpushare"
+    status, user = hub.api("GET", "/user", token=toks["alice-srv"])
+    assert "access:servers!server=alice/" in user["scopes"]
+    assert "access:services!service=gpushare" in user["scopes"]
+    status, ada = hub.api("GET", "/user", token=toks["ada"])
+    assert "custom:gpushare:admin" in ada["scopes"]
+    status, spawner = hub.api("GET", "/user", token=toks["spawner"])
+    assert "custom:gpushare:act-as-users" in spawner["scopes"]
+
+
+def test_openapi_is_public(env: Any) -> None:
+    _, client, _ = env
+    status, text = client("GET", "/openapi.yaml")
+    assert status == 200 and "openapi: 3" in text
+
+
+def test_alice_gets_a_grant_and_bob_cannot_touch_it(env: Any) -> None:
+    hub, client, t = env
+    status, ans = client("POST", "/requests", t["alice"], {"profile": "lab-small", "server": "lab"})
+    assert status == 201, ans
+    assert ans["status"] == "granted" and ans["team"] == "vision" and ans["user"] == "alice"
+    gid = ans["grant"]["id"]
+    assert ans["grant"]["gpus"][0]["simulated"] is True
+
+    assert client("GET", f"/grants/{gid}", t["alice"])[0] == 200
+    assert client("GET", f"/grants/{gid}", t["bob"])[0] == 403
+    assert client("DELETE", f"/grants/{gid}", t["bob"])[0] == 403
+    assert client("GET", f"/requests/{ans['request_id']}", t["bob"])[0] == 403
+    assert client("DELETE", f"/requests/{ans['request_id']}", t["bob"])[0] == 403
+    assert client("GET", "/grants?user=alice", t["bob"])[0] == 403
+    status, listed = client("GET", "/grants", t["bob"])
+    assert status == 200 and listed["grants"] == []
+    status, listed = client("GET", "/grants", t["alice"])
+    assert [g["id"] for g in listed["grants"]] == [gid]
+    # bob may not act for alice, nor choose a team he is not in
+    assert (
+        client("POST", "/requests", t["bob"], {"user": "alice", "profile": "lab-small"})[0] == 403
+    )
+    assert (
+        client("POST", "/requests", t["bob"], {"profile": "lab-small", "team": "vision"})[0] == 403
+    )
+    # heartbeats: only the holder
+    beat = {
+        "grant_id": gid,
+        "gpus": [{"uuid": "x", "memory_used_mib": 10, "utilization_pct": 5}],
+        "simulated": True,
+    }
+    assert client("POST", "/heartbeats", t["bob"], beat)[0] == 403
+    assert client("POST", "/heartbeats", t["alice"], beat)[0] == 204
+    # the hub's own admin (no custom:gpushare scope) is not a gpushare admin
+    assert (
+        client("POST", "/requests", t["hubadmin"], {"user": "alice", "profile": "lab-small"})[0]
+        == 403
+    )
+    assert client("GET", "/admin/queue", t["hubadmin"])[0] == 403
+    # release by the owner, idempotent
+    status, rel = client("DELETE", f"/grants/{gid}", t["alice"])
+    assert status == 200 and rel["released"] is True
+    status, rel = client("DELETE", f"/grants/{gid}", t["alice"])
+    assert status == 200 and rel["released"] is False and rel["grant"]["released_at"]
+
+
+def test_server_token_acts_only_for_its_server(env: Any) -> None:
+    _, client, t = env
+    status, ans = client(
+        "POST", "/requests", t["alice-srv"], {"profile": "lab-small", "server": "other"}
+    )
+    assert status == 403, ans
+    status, ans = client("POST", "/requests", t["alice-srv"], {"profile": "lab-small"})
+    assert status == 201 and ans["server"] == "", ans
+    gid = ans["grant"]["id"]
+    status, ans2 = client(
+        "POST", "/requests", t["alice"], {"profile": "lab-small", "server": "two"}
+    )
+    assert status == 201
+    # the default server's token may read alice's grants but not release another server's
+    assert client("DELETE", f"/grants/{ans2['grant']['id']}", t["alice-srv"])[0] == 403
+    assert client("DELETE", f"/grants/{gid}", t["alice-srv"])[0] == 200
+    assert client("DELETE", f"/grants/{ans2['grant']['id']}", t["alice"])[0] == 200
+
+
+def test_team_usage_and_profiles_only_for_members(env: Any) -> None:
+    _, client, t = env
+    status, usage = client("GET", "/teams/vision/usage", t["alice"])
+    assert status == 200 and usage["pools"]["interactive"]["guaranteed"] == 1.5
+    assert client("GET", "/teams/nlp/usage", t["alice"])[0] == 403
+    assert client("GET", "/teams/nlp/usage", t["ada"])[0] == 200
+    status, prof = client("GET", "/policy/profiles", t["alice"])
+    assert status == 200 and "lab-small" in [p["slug"] for p in prof["profiles"]]
+    assert client("GET", "/policy/profiles?user=bob", t["alice"])[0] == 403
+    assert client("GET", "/policy/profiles?user=bob", t["spawner"])[0] == 200
+    assert client("GET", "/notices?user=bob", t["alice"])[0] == 403
+    assert client("GET", "/notices", t["alice"])[0] == 200
+
+
+def test_spawner_acts_for_any_user_and_admin_sees_all(env: Any) -> None:
+    _, client, t = env
+    status, ans = client(
+        "POST",
+        "/requests",
+        t["spawner"],
+        {
+            "user": "bob",
+            "server": "",
+            "profile": "lab-small",
+            "groups": ["nlp"],
+            "idempotency_key": "spawn-1",
+        },
+    )
+    assert status == 201 and ans["team"] == "nlp", ans
+    again = client(
+        "POST",
+        "/requests",
+        t["spawner"],
+        {
+            "user": "bob",
+            "server": "",
+            "profile": "lab-small",
+            "groups": ["nlp"],
+            "idempotency_key": "spawn-1",
+        },
+    )[1]
+    assert again["request_id"] == ans["request_id"]
+    # a user may not pass groups (they come from the hub)
+    assert (
+        client("POST", "/requests", t["bob"], {"profile": "lab-small", "groups": ["vision"]})[0]
+        == 403
+    )
+    status, listed = client("GET", "/grants", t["ada"])
+    assert ans["grant"]["id"] in [g["id"] for g in listed["grants"]]
+    assert client("GET", "/admin/queue", t["ada"])[0] == 200
+    assert client("GET", "/admin/queue", t["alice"])[0] == 403
+    assert client("POST", "/admin/nodes/lab-0/drain", t["alice"])[0] == 403
+    assert client("GET", "/metrics", t["alice"])[0] == 403
+    status, text = client("GET", "/metrics", t["ada"])
+    assert status == 200 and "gpushare_units_in_use" in text
+    # reconcile: bob has no running server, so the hub says the holder is gone
+    status, changes = client("POST", "/admin/reconcile", t["ada"])
+    assert status == 200, changes
+    assert ans["grant"]["id"] in [c["grant_id"] for c in changes["released"]]
+    status, grant = client("GET", f"/grants/{ans['grant']['id']}", t["ada"])
+    assert grant["released_at"] and "reconciled" in grant["release_reason"]
+
+
+ENDPOINTS = [
+    ("POST", "/requests", {"profile": "lab-small"}),
+    ("GET", "/requests", None),
+    ("GET", "/requests/r-x", None),
+    ("DELETE", "/requests/r-x", None),
+    ("GET", "/grants", None),
+    ("GET", "/grants/g-x", None),
+    ("DELETE", "/grants/g-x", None),
+    ("GET", "/teams/vision/usage", None),
+    ("GET", "/notices", None),
+    ("GET", "/notices/stream", None),
+    ("POST", "/heartbeats", {"grant_id": "g-x"}),
+    ("POST", "/admin/nodes/lab-0/drain", None),
+    ("POST", "/admin/nodes/lab-0/resume", None),
+    ("POST", "/admin/reconcile", None),
+    ("GET", "/admin/queue", None),
+    ("GET", "/metrics", None),
+    ("GET", "/policy/profiles", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), ENDPOINTS)
+def test_every_endpoint_refuses_strangers(env: Any, method: str, path: str, body: Any) -> None:
+    _, client, t = env
+    assert client(method, path, None, body)[0] == 401
+    assert client(method, path, "not-a-token", body)[0] == 403
+    assert client(method, path, t["alice-noaccess"], body)[0] == 403
