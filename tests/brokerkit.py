@@ -12,13 +12,16 @@ import json
 import socket
 from typing import Any
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.iostream import StreamClosedError
 
 from jupyter_gpushare.broker import BrokerApp
 from jupyter_gpushare.broker.auth import StaticTokenAuthenticator
 
 ACCESS = "access:services!service=gpushare"
 BASE = "/services/gpushare/api/v1"
+
+AsyncHTTPClient.configure(None, max_clients=512)
 
 
 def free_port() -> int:
@@ -114,7 +117,10 @@ async def call(
         allow_nonstandard_methods=True,
         request_timeout=30,
     )
-    resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+    try:
+        resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+    except (OSError, HTTPClientError, StreamClosedError) as exc:
+        raise ConnectionError(str(exc)) from exc
     if resp.code == 599:
         raise ConnectionError(str(resp.error))
     data: Any = None
