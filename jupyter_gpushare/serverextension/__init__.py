@@ -1,0 +1,14 @@
+"""jupyter_server extension: live GPU telemetry, watchdog, grant and team usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .app import GPUShareServerApp
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "jupyter_gpushare.serverextension", "app": GPUShareServerApp}]
+
+
+__all__ = ["GPUShareServerApp", "_jupyter_server_extension_points"]

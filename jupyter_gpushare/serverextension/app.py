@@ -1,0 +1,133 @@
+"""``GPUShareServerApp``: the jupyter_server extension serving live GPU telemetry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
+
+from .handlers import handlers
+from .service import ServiceConfig, TelemetryService
+
+
+class GPUShareServerApp(ExtensionApp):
+    """Live GPU telemetry, limit watchdog and grant information for JupyterLab."""
+
+    name = "jupyter_gpushare.serverextension"
+    load_other_extensions = True
+
+    sampler = CaselessStrEnum(
+        ["auto", "nvml", "simulated"],
+        default_value="auto",
+        config=True,
+        help="""Where samples come from: "nvml" (a real NVIDIA GPU), "simulated", or "auto"
+        (NVML where it finds a GPU, otherwise simulated; a grant of simulated GPUs is
+        always sampled by the simulator). Simulated answers say "simulated": true.""",
+    )
+    sample_interval_s = Float(
+        1.0, config=True, help="Seconds between samples (the sampler runs in its own thread)."
+    )
+    history_s = Float(
+        900.0, config=True, help="Seconds of sample history kept in memory (default 15 min)."
+    )
+    watchdog_enabled = Bool(
+        True,
+        config=True,
+        help="""Stop a kernel whose GPU memory goes over the grant's limit, where no hardware
+        or MPS limit holds memory (local "env" enforcement).""",
+    )
+    watchdog_action = CaselessStrEnum(
+        ["interrupt", "restart", "shutdown"],
+        default_value="restart",
+        config=True,
+        help="""What the watchdog does to a kernel over its GPU memory limit. "restart"
+        (default) frees the memory; "interrupt" only stops the running cell (memory held
+        by variables stays held); "shutdown" stops the kernel for good.""",
+    )
+    watchdog_grace_samples = Int(
+        2, config=True, help="Consecutive over-limit samples needed before the watchdog acts."
+    )
+    watchdog_cooldown_s = Float(
+        10.0, config=True, help="Seconds the watchdog leaves a kernel alone after acting on it."
+    )
+    low_util_threshold_pct = Float(
+        20.0, config=True, help="Compute utilisation (%) under which held memory is flagged."
+    )
+    low_util_window_s = Float(
+        300.0, config=True, help="Seconds of sustained low utilisation before the hint shows."
+    )
+    low_util_min_memory_mib = Float(
+        1024.0, config=True, help="Memory (MiB) the server must hold for the hint to apply."
+    )
+    heartbeat_interval_s = Float(
+        60.0, config=True, help="Seconds between usage heartbeats to the broker (GPU-hours)."
+    )
+    notices_interval_s = Float(
+        30.0, config=True, help="Seconds between polls of the broker for preemption notices."
+    )
+    broker_timeout_s = Float(5.0, config=True, help="Timeout (s) of each broker request.")
+    simulated_gpu_count = Int(
+        2, config=True, help="Simulated GPUs when there is no grant to take UUIDs from."
+    )
+    simulated_gpu_model = Unicode(
+        "H200-sim", config=True, help="Model name of simulated GPUs."
+    )
+    simulated_gpu_memory_mib = Int(
+        143771, config=True, help="Memory (MiB) of each simulated GPU."
+    )
+    simulated_kernel_memory_mib = Int(
+        0,
+        config=True,
+        help="""With the simulated sampler, make every kernel of this server "use" this many
+        MiB on its first GPU (demos and tests of the watchdog); 0 = off.""",
+    )
+    simulated_background_load = Bool(
+        True,
+        config=True,
+        help="Simulated GPUs show a plausible varying load from other users (device totals).",
+    )
+
+    service: TelemetryService | None = None
+
+    def service_config(self) -> ServiceConfig:
+        return ServiceConfig(
+            sampler=self.sampler.lower(),
+            interval_s=self.sample_interval_s,
+            history_s=self.history_s,
+            watchdog_action=self.watchdog_action.lower(),
+            watchdog_enabled=self.watchdog_enabled,
+            watchdog_grace_samples=self.watchdog_grace_samples,
+            watchdog_cooldown_s=self.watchdog_cooldown_s,
+            low_util_threshold_pct=self.low_util_threshold_pct,
+            low_util_window_s=self.low_util_window_s,
+            low_util_min_memory_mib=self.low_util_min_memory_mib,
+            heartbeat_interval_s=self.heartbeat_interval_s,
+            notices_interval_s=self.notices_interval_s,
+            broker_timeout_s=self.broker_timeout_s,
+            simulated_gpu_count=self.simulated_gpu_count,
+            simulated_gpu_model=self.simulated_gpu_model,
+            simulated_gpu_memory_mib=self.simulated_gpu_memory_mib,
+            simulated_kernel_memory_mib=self.simulated_kernel_memory_mib,
+            simulated_background_load=self.simulated_background_load,
+        )
+
+    def initialize_settings(self) -> None:
+        sa: Any = self.serverapp
+        self.service = TelemetryService(
+            self.service_config(),
+            kernel_manager=getattr(sa, "kernel_manager", None),
+            session_manager=getattr(sa, "session_manager", None),
+        )
+        self.settings["gpushare_service"] = self.service
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(handlers())
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        if self.service is not None:
+            await self.service.start()
+
+    async def stop_extension(self) -> None:
+        if self.service is not None:
+            await self.service.stop()

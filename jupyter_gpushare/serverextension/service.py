@@ -1,0 +1,477 @@
+"""Telemetry runtime inside the single-user server.
+
+The sampler thread samples, walks this server's process tree and attributes usage
+(no event-loop time spent on NVML or psutil); the event loop then runs the watchdog and
+the hints, keeps the timeline, fans samples out to stream clients and sends heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+
+from ..telemetry.attribution import (
+    Attribution,
+    KernelInfo,
+    attribute,
+    collect_process_tree,
+)
+from ..telemetry.broker_link import BrokerAnswer, BrokerLink, heartbeat_body
+from ..telemetry.grant import GrantInfo
+from ..telemetry.hints import LowUtilHint, UsagePoint, low_util_hints, usage_points
+from ..telemetry.model import Sample
+from ..telemetry.sampler import Sampler, capacity_for, make_sampler, underlying
+from ..telemetry.simulated import SimulatedSampler
+from ..telemetry.watchdog import ACTIONS, LimitWatchdog, Violation, watchdog_applies
+
+log = logging.getLogger(__name__)
+
+Sender = Callable[[str], None]
+
+
+@dataclass
+class ServiceConfig:
+    """Everything configurable (filled from the ExtensionApp's traitlets)."""
+
+    sampler: str = "auto"
+    interval_s: float = 1.0
+    history_s: float = 900.0
+    watchdog_action: str = "restart"
+    watchdog_enabled: bool = True
+    watchdog_grace_samples: int = 2
+    watchdog_cooldown_s: float = 10.0
+    low_util_threshold_pct: float = 20.0
+    low_util_window_s: float = 300.0
+    low_util_min_memory_mib: float = 1024.0
+    heartbeat_interval_s: float = 60.0
+    notices_interval_s: float = 30.0
+    broker_timeout_s: float = 5.0
+    simulated_gpu_count: int = 2
+    simulated_gpu_model: str = "H200-sim"
+    simulated_gpu_memory_mib: int = 143771
+    simulated_kernel_memory_mib: int = 0
+    simulated_background_load: bool = True
+    api_token: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_API_TOKEN", ""))
+
+
+VERBS = {"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
+
+
+class TelemetryService:
+    """Owns the sampler, the watchdog, the timeline and the stream subscribers."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        kernel_manager: Any = None,
+        session_manager: Any = None,
+        grant: GrantInfo | None = None,
+        server_pid: int | None = None,
+    ) -> None:
+        if config.watchdog_action not in ACTIONS:
+            raise ValueError(f"watchdog action must be one of {ACTIONS}")
+        self.config = config
+        self.grant = grant if grant is not None else GrantInfo.from_env()
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.server_pid = server_pid or os.getpid()
+        self.sampler: Sampler = make_sampler(
+            "simulated" if self.grant.simulated and config.sampler == "auto" else config.sampler,
+            config.interval_s,
+            config.history_s,
+            simulated_uuids=self.grant.gpu_uuids,
+            simulated_options={
+                "count": config.simulated_gpu_count,
+                "model": config.simulated_gpu_model,
+                "memory_total_mib": config.simulated_gpu_memory_mib,
+                "background_load": config.simulated_background_load,
+            },
+        )
+        self.broker = BrokerLink(self.grant.broker_url, config.api_token, config.broker_timeout_s)
+        applies, self.watchdog_reason = watchdog_applies(self.grant)
+        if not config.watchdog_enabled:
+            applies, self.watchdog_reason = False, "watchdog disabled by configuration"
+        self.watchdog: LimitWatchdog | None = (
+            LimitWatchdog(
+                self.grant.memory_limit_mib or 0,
+                config.watchdog_grace_samples,
+                config.watchdog_cooldown_s,
+            )
+            if applies
+            else None
+        )
+        cap = capacity_for(config.history_s, config.interval_s)
+        self.timeline: deque[dict[str, Any]] = deque(maxlen=cap)
+        self.points: deque[UsagePoint] = deque(
+            maxlen=capacity_for(config.low_util_window_s + 2 * config.interval_s, config.interval_s)
+            * 8
+        )
+        self.events: deque[dict[str, Any]] = deque(maxlen=100)
+        self.current: dict[str, Any] | None = None
+        self.current_json: str | None = None
+        self.attribution: Attribution | None = None
+        self.kernels: tuple[KernelInfo, ...] = ()
+        self.subscribers: set[Sender] = set()
+        self.last_heartbeat: dict[str, Any] | None = None
+        self.seen_notices: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._started = False
+        self._first_sample = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        """Start sampling and the periodic tasks (idempotent; needs a running loop)."""
+        if self._started:
+            return
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        self._first_sample = asyncio.Event()
+        await self.refresh_kernels()
+        self.sampler.add_listener(self._on_sample_in_thread)
+        self.sampler.start()
+        self._tasks = [
+            asyncio.ensure_future(self._every(self.config.interval_s, self.refresh_kernels)),
+            asyncio.ensure_future(self._every(self.config.heartbeat_interval_s, self.heartbeat)),
+            asyncio.ensure_future(self._every(self.config.notices_interval_s, self.poll_notices)),
+        ]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+        self.sampler.remove_listener(self._on_sample_in_thread)
+        await asyncio.get_running_loop().run_in_executor(None, self.sampler.stop)
+        self._started = False
+
+    async def wait_for_sample(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """The current answer, waiting for the first sample if there is none yet."""
+        if self.current is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._first_sample.wait(), timeout)
+        return self.current
+
+    @staticmethod
+    async def _every(period: float, fn: Callable[[], Any]) -> None:
+        while True:
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gpushare periodic task failed")
+            await asyncio.sleep(period)
+
+    @property
+    def simulated_sampler(self) -> SimulatedSampler | None:
+        """The simulated sampler, when one is in use (test and demo hook)."""
+        s = underlying(self.sampler)
+        return s if isinstance(s, SimulatedSampler) else None
+
+    # -- kernels -------------------------------------------------------------------
+    async def refresh_kernels(self) -> None:
+        """Read this server's kernels: id, process id and notebook path."""
+        km = self.kernel_manager
+        if km is None:
+            return
+        paths: dict[str, str] = {}
+        if self.session_manager is not None:
+            with contextlib.suppress(Exception):
+                for s in await self.session_manager.list_sessions():
+                    kid = (s.get("kernel") or {}).get("id")
+                    if kid:
+                        paths[kid] = s.get("path") or s.get("name") or ""
+        infos = []
+        for kid in list(km.list_kernel_ids()):
+            try:
+                k = km.get_kernel(kid)
+            except KeyError:
+                continue
+            proc = getattr(getattr(k, "provisioner", None), "process", None)
+            pid = getattr(proc, "pid", None)
+            name = getattr(k, "kernel_name", "")
+            infos.append(KernelInfo(kid, pid, paths.get(kid) or None, name))
+        self.kernels = tuple(infos)
+        self._simulate_kernel_memory()
+
+    def _simulate_kernel_memory(self) -> None:
+        sim = self.simulated_sampler
+        mib = self.config.simulated_kernel_memory_mib
+        if sim is None or mib <= 0:
+            return
+        have = sim.process_memory()
+        for k in self.kernels:
+            if k.pid is not None and k.pid not in have:
+                sim.set_process_memory(k.pid, mib)
+
+    # -- per sample ----------------------------------------------------------------
+    def _on_sample_in_thread(self, sample: Sample) -> None:
+        """Sampler thread: attribute (psutil) off the loop, then hand over."""
+        kernels = self.kernels
+        tree = collect_process_tree(self.server_pid, kernels)
+        att = attribute(sample, self.grant.gpu_uuids, tree, kernels)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._on_sample, sample, att)
+
+    def _on_sample(self, sample: Sample, att: Attribution) -> None:
+        """Event loop: watchdog, hints, timeline, stream fan-out."""
+        self.attribution = att
+        limit = self.grant.memory_limit_mib
+        pts = usage_points(sample.ts, att)
+        self.points.extend(pts)
+        self.timeline.append(
+            {"ts": sample.ts, "gpus": [g.to_dict(limit) for g in att.gpus]}
+        )
+        if self.watchdog is not None:
+            for v in self.watchdog.check(att, sample.ts):
+                asyncio.ensure_future(self.enforce(v))
+        hints = self.hints(sample.ts)
+        self.current = self.answer(sample, att, hints)
+        self.current_json = json.dumps({"type": "sample", **self.current})
+        self._first_sample.set()
+        self.broadcast(self.current_json)
+
+    def hints(self, now: float) -> list[LowUtilHint]:
+        c = self.config
+        return low_util_hints(
+            self.points, now, c.low_util_window_s, c.low_util_threshold_pct,
+            c.low_util_min_memory_mib, c.interval_s,
+        )
+
+    def answer(
+        self, sample: Sample, att: Attribution, hints: list[LowUtilHint]
+    ) -> dict[str, Any]:
+        """The ``/gpushare/api/metrics`` answer for one sample."""
+        limit = self.grant.memory_limit_mib
+        return {
+            "ts": sample.ts,
+            "simulated": sample.simulated,
+            "source": sample.source,
+            "error": sample.error,
+            "notes": [*sample.notes, *([att.note] if att.note else [])],
+            "sampler": self.sampler.describe(),
+            "grant": self.grant_summary(),
+            "limits": self.grant.limits(),
+            "gpus": [g.to_dict(limit) for g in att.gpus],
+            "attribution": att.to_dict(limit),
+            "hints": [h.to_dict() for h in hints],
+            "watchdog": self.watchdog_state(),
+        }
+
+    def grant_summary(self) -> dict[str, Any]:
+        g = self.grant
+        if not g.has_grant:
+            return {"has_grant": False, "status": "no grant"}
+        return {
+            "has_grant": True,
+            "grant_id": g.grant_id,
+            "profile": g.profile,
+            "team": g.team,
+            "pool": g.pool,
+            "borrowed": g.borrowed,
+            "units": g.units,
+            "gpu_uuids": list(g.gpu_uuids),
+        }
+
+    def watchdog_state(self) -> dict[str, Any]:
+        return {
+            "active": self.watchdog is not None,
+            "reason": self.watchdog_reason,
+            "action": self.config.watchdog_action,
+            "events": list(self.events)[-20:],
+        }
+
+    # -- stream --------------------------------------------------------------------
+    def subscribe(self, send: Sender) -> None:
+        self.subscribers.add(send)
+        if self.current_json is not None:
+            send(self.current_json)
+
+    def unsubscribe(self, send: Sender) -> None:
+        self.subscribers.discard(send)
+
+    def broadcast(self, message: str) -> None:
+        for send in list(self.subscribers):
+            try:
+                send(message)
+            except Exception:
+                self.subscribers.discard(send)
+
+    # -- watchdog action -----------------------------------------------------------
+    async def enforce(self, v: Violation) -> dict[str, Any]:
+        """Stop the offending kernel as configured and tell the user why."""
+        action = self.config.watchdog_action
+        text = v.message
+        outcome = "no kernel to act on"
+        if v.kernel_id is not None and self.kernel_manager is not None:
+            text = f"{v.message}; the kernel was {VERBS[action]}"
+            log.error("gpushare watchdog: %s (kernel %s)", text, v.kernel_id)
+            outcome = await self._act(action, v.kernel_id)
+            if action != "shutdown" and outcome == "done":
+                await self.tell_kernel(v.kernel_id, text)
+        else:
+            log.error("gpushare watchdog: %s", text)
+        event = {"type": "watchdog", "level": "error", "message": text, "action": action,
+                 "outcome": outcome, **v.to_dict()}
+        event["message"] = text
+        self.events.append(event)
+        self.broadcast(json.dumps(event))
+        return event
+
+    async def _act(self, action: str, kernel_id: str) -> str:
+        km = self.kernel_manager
+        try:
+            if action == "interrupt":
+                await ensure_async(km.interrupt_kernel(kernel_id))
+            elif action == "restart":
+                await ensure_async(km.restart_kernel(kernel_id))
+            else:
+                await ensure_async(km.shutdown_kernel(kernel_id))
+        except Exception as exc:
+            log.error("gpushare watchdog could not %s kernel %s: %s", action, kernel_id, exc)
+            return f"failed: {exc}"
+        if self.simulated_sampler is not None and action != "interrupt":
+            self._forget_dead_simulated()
+        return "done"
+
+    def _forget_dead_simulated(self) -> None:
+        import psutil
+
+        sim = self.simulated_sampler
+        if sim is None:
+            return
+        for pid in sim.process_memory():
+            if not psutil.pid_exists(pid):
+                sim.set_process_memory(pid, 0)
+
+    async def tell_kernel(self, kernel_id: str, text: str) -> bool:
+        """Write the message to the kernel's stderr (it reaches every attached frontend)."""
+        km = self.kernel_manager
+        try:
+            client = km.get_kernel(kernel_id).client()
+        except Exception:
+            return False
+        code = (
+            "import sys as _gs_sys; "
+            f"_gs_sys.stderr.write({json.dumps('[gpushare] ' + text)} + '\\n'); "
+            "_gs_sys.stderr.flush(); del _gs_sys"
+        )
+        try:
+            client.start_channels()
+            await ensure_async(client.wait_for_ready(timeout=30))
+            msg_id = client.execute(code, silent=False, store_history=False)
+            while True:
+                reply = await ensure_async(client.get_shell_msg(timeout=30))
+                if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                    return True
+        except Exception as exc:
+            log.warning("gpushare could not write to kernel %s: %s", kernel_id, exc)
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                client.stop_channels()
+
+    # -- broker --------------------------------------------------------------------
+    async def heartbeat(self) -> BrokerAnswer | None:
+        """Tell the broker what this grant uses (for GPU-hour accounting)."""
+        att, g = self.attribution, self.grant
+        if att is None or g.grant_id is None or not self.broker.configured:
+            return None
+        body = heartbeat_body(g.grant_id, att, self.sampler.simulated)
+        ans = await self.broker.heartbeat(body)
+        self.last_heartbeat = {"ts": body["ts"], "ok": ans.ok, "error": ans.error}
+        return ans
+
+    async def notices(self) -> BrokerAnswer:
+        if self.grant.grant_id is None:
+            return BrokerAnswer(False, error="no grant")
+        return await self.broker.notices(self.grant.grant_id)
+
+    async def poll_notices(self) -> None:
+        """Push new preemption notices to stream clients."""
+        if self.grant.grant_id is None or not self.broker.configured:
+            return
+        ans = await self.notices()
+        for n in notices_of(ans):
+            key = json.dumps(n, sort_keys=True)
+            if key not in self.seen_notices:
+                self.seen_notices.add(key)
+                self.broadcast(json.dumps({"type": "notice", "notice": with_time_left(n)}))
+
+    async def grant_answer(self) -> dict[str, Any]:
+        """The ``/gpushare/api/grant`` answer."""
+        g = self.grant
+        out: dict[str, Any] = {
+            "simulated": self.sampler.simulated or g.simulated,
+            "grant": g.to_dict(),
+            "limits": g.limits(),
+            "notices": [],
+            "preemption": None,
+            "broker": None,
+            "heartbeat": self.last_heartbeat,
+        }
+        if not g.has_grant:
+            return out
+        remote, notices = await asyncio.gather(self.broker.grant(g.grant_id or ""), self.notices())
+        out["broker"] = {"ok": remote.ok, "error": remote.error or notices.error}
+        out["broker_grant"] = remote.data if remote.ok else None
+        ns = [with_time_left(n) for n in notices_of(notices)]
+        out["notices"] = ns
+        pre = [n for n in ns if n.get("kind", "preemption") == "preemption"]
+        out["preemption"] = min(pre, key=lambda n: n.get("deadline") or "") if pre else None
+        return out
+
+    async def team_answer(self) -> dict[str, Any]:
+        team = self.grant.team
+        if not team:
+            return {"team": None, "usage": None, "error": "no grant: no team",
+                    "simulated": self.sampler.simulated}
+        ans = await self.broker.team_usage(team)
+        return {"team": team, "usage": ans.data if ans.ok else None, "error": ans.error,
+                "simulated": self.sampler.simulated or self.grant.simulated}
+
+    def history_answer(self, since: float | None = None) -> dict[str, Any]:
+        items = [t for t in self.timeline if since is None or t["ts"] > since]
+        return {
+            "simulated": self.sampler.simulated,
+            "interval_s": self.config.interval_s,
+            "history_s": self.config.history_s,
+            "limits": self.grant.limits(),
+            "samples": items,
+        }
+
+
+def notices_of(ans: BrokerAnswer) -> list[dict[str, Any]]:
+    if not ans.ok or not isinstance(ans.data, dict):
+        return []
+    return [n for n in ans.data.get("notices", []) if isinstance(n, dict)]
+
+
+def with_time_left(notice: dict[str, Any]) -> dict[str, Any]:
+    """Add ``seconds_left`` until the notice's ISO 8601 deadline."""
+    import datetime as dt
+
+    out = dict(notice)
+    try:
+        d = dt.datetime.fromisoformat(str(notice.get("deadline")).replace("Z", "+00:00"))
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=dt.timezone.utc)
+        out["seconds_left"] = round(d.timestamp() - time.time(), 1)
+    except ValueError:
+        out["seconds_left"] = None
+    return out

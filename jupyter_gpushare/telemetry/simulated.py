@@ -1,0 +1,155 @@
+"""Simulated GPUs: plausible, deterministic load curves where no GPU exists.
+
+Every sample it produces says ``simulated=True``. Per-process memory can be set by
+hand (:meth:`SimulatedSampler.set_process_memory`), which is how the watchdog is
+exercised without a GPU: make a real kernel process "use" N MiB.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .model import GPUSample, ProcessSample, Sample
+from .sampler import DEFAULT_HISTORY_S, DEFAULT_INTERVAL_S, Sampler
+
+DEFAULT_MODEL = "H200-sim"
+DEFAULT_MEMORY_MIB = 143771
+DEFAULT_COUNT = 2
+
+
+@dataclass
+class _SimProcess:
+    pid: int
+    gpu_uuid: str
+    memory_mib: float
+    sm_util_pct: float
+
+
+def default_uuids(count: int, node: str = "local") -> tuple[str, ...]:
+    """UUIDs of ``count`` simulated GPUs, in the ``GPU-sim-<node>-<i>`` style."""
+    return tuple(f"GPU-sim-{node}-{i}" for i in range(count))
+
+
+def _phase(uuid: str) -> float:
+    return (zlib.crc32(uuid.encode()) % 10_000) / 10_000 * 2 * math.pi
+
+
+def _wave(t: float, period_s: float, phase: float) -> float:
+    return math.sin(2 * math.pi * t / period_s + phase)
+
+
+def _clamp(x: float, lo: float, hi: float) -> float:
+    return max(lo, min(hi, x))
+
+
+class SimulatedSampler(Sampler):
+    """A stand-in with the NVML sampler's interface; always labelled simulated."""
+
+    source = "simulated"
+
+    def __init__(
+        self,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        history_s: float = DEFAULT_HISTORY_S,
+        uuids: Sequence[str] = (),
+        count: int = DEFAULT_COUNT,
+        model: str = DEFAULT_MODEL,
+        memory_total_mib: float = DEFAULT_MEMORY_MIB,
+        background_load: bool = True,
+        power_limit_w: float = 700.0,
+    ) -> None:
+        super().__init__(interval_s, history_s)
+        self.uuids: tuple[str, ...] = tuple(uuids) or default_uuids(count)
+        self.model = model
+        self.memory_total_mib = float(memory_total_mib)
+        self.background_load = background_load
+        self.power_limit_w = power_limit_w
+        self._procs: dict[tuple[int, str], _SimProcess] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def simulated(self) -> bool:
+        return True
+
+    # -- test / demo hooks ---------------------------------------------------------
+    def set_process_memory(
+        self, pid: int, memory_mib: float, gpu_uuid: str | None = None, sm_util_pct: float = 0.0
+    ) -> None:
+        """Make process ``pid`` "use" ``memory_mib`` MiB on a GPU (0 removes it)."""
+        uuid = gpu_uuid or self.uuids[0]
+        if uuid not in self.uuids:
+            raise ValueError(f"{uuid} is not a simulated GPU here ({', '.join(self.uuids)})")
+        with self._lock:
+            if memory_mib <= 0:
+                self._procs.pop((pid, uuid), None)
+            else:
+                self._procs[(pid, uuid)] = _SimProcess(pid, uuid, float(memory_mib), sm_util_pct)
+
+    def clear_processes(self) -> None:
+        with self._lock:
+            self._procs.clear()
+
+    def process_memory(self) -> dict[int, float]:
+        """Total simulated MiB per pid."""
+        with self._lock:
+            out: dict[int, float] = {}
+            for p in self._procs.values():
+                out[p.pid] = out.get(p.pid, 0.0) + p.memory_mib
+            return out
+
+    # -- sampling ------------------------------------------------------------------
+    def _gpu(self, index: int, uuid: str, t: float, procs: list[_SimProcess]) -> GPUSample:
+        ph = _phase(uuid)
+        proc_mem = sum(p.memory_mib for p in procs)
+        proc_util = sum(p.sm_util_pct for p in procs)
+        if self.background_load:
+            util = 45 + 30 * _wave(t, 120, ph) + 10 * _wave(t, 17, 2 * ph)
+            base_mem = self.memory_total_mib * (0.25 + 0.1 * _wave(t, 300, ph))
+        else:
+            util, base_mem = 0.0, 0.0
+        util = _clamp(util + proc_util, 0.0, 100.0)
+        used = _clamp(base_mem + proc_mem, 0.0, self.memory_total_mib)
+        return GPUSample(
+            index=index,
+            uuid=uuid,
+            name=self.model,
+            memory_used_mib=round(used, 1),
+            memory_total_mib=self.memory_total_mib,
+            utilization_pct=round(util, 1),
+            memory_bandwidth_pct=round(util * 0.6, 1),
+            temperature_c=round(32 + util * 0.4, 1),
+            power_w=round(80 + util / 100 * (self.power_limit_w - 80), 1),
+            power_limit_w=self.power_limit_w,
+        )
+
+    def collect(self) -> Sample:
+        t = time.time()
+        with self._lock:
+            procs = list(self._procs.values())
+        gpus = tuple(
+            self._gpu(i, u, t, [p for p in procs if p.gpu_uuid == u])
+            for i, u in enumerate(self.uuids)
+        )
+        processes = tuple(
+            ProcessSample(
+                pid=p.pid,
+                gpu_uuid=p.gpu_uuid,
+                memory_used_mib=p.memory_mib,
+                sm_util_pct=p.sm_util_pct,
+                mem_util_pct=round(p.sm_util_pct * 0.6, 1),
+            )
+            for p in procs
+        )
+        return Sample(
+            ts=t,
+            gpus=gpus,
+            processes=processes,
+            simulated=True,
+            source=self.source,
+            process_utilization=True,
+        )
