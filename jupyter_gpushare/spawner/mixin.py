@@ -78,7 +78,7 @@ class GPUShareSpawner(Spawner):
         "",
         config=True,
         help="""Broker URL as the single-user server reaches it (GPUSHARE_BROKER_URL in its
-        environment). Default: the hub's public URL + /services/gpushare/api/v1.""",
+        environment). Default: c.Spawner.environment's GPUSHARE_BROKER_URL, else broker_url.""",
     )
     policy_file = Unicode(
         os.environ.get("GPUSHARE_POLICY", ""),
@@ -166,12 +166,12 @@ class GPUShareSpawner(Spawner):
         return load_policy_cached(self.policy_file)
 
     def singleuser_broker_url(self) -> str:
-        if self.server_broker_url:
-            return self.server_broker_url
-        hub = getattr(self, "public_url", "") or ""
-        if not hub:
-            return self.broker_url
-        return hub.split("/user/")[0].rstrip("/") + "/services/gpushare/api/v1"
+        """The broker URL for the single-user server (its GPUSHARE_BROKER_URL)."""
+        return (
+            self.server_broker_url
+            or str((self.environment or {}).get("GPUSHARE_BROKER_URL") or "")
+            or self.broker_url
+        )
 
     def gpu_memory_map(self) -> dict[str, int]:
         policy = self.gpushare_policy()
