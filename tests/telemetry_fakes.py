@@ -1,0 +1,98 @@
+"""A tiny tornado app that plays the broker API, for telemetry and server-extension tests."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+TOKEN = "test-hub-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class BrokerState:
+    grants: dict[str, dict[str, Any]] = field(default_factory=dict)
+    teams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notices: list[dict[str, Any]] = field(default_factory=list)
+    heartbeats: list[dict[str, Any]] = field(default_factory=list)
+    auth_headers: list[str] = field(default_factory=list)
+
+
+class _Base(web.RequestHandler):
+    def initialize(self, state: BrokerState) -> None:
+        self.state = state
+
+    def prepare(self) -> None:
+        auth = self.request.headers.get("Authorization", "")
+        self.state.auth_headers.append(auth)
+        if auth != f"token {TOKEN}":
+            raise web.HTTPError(403)
+
+
+class GrantH(_Base):
+    def get(self, gid: str) -> None:
+        if gid not in self.state.grants:
+            raise web.HTTPError(404)
+        self.finish(self.state.grants[gid])
+
+
+class TeamH(_Base):
+    def get(self, team: str) -> None:
+        if team not in self.state.teams:
+            raise web.HTTPError(404)
+        self.finish(self.state.teams[team])
+
+
+class NoticesH(_Base):
+    def get(self) -> None:
+        gid = self.get_argument("grant_id")
+        self.finish({"notices": [n for n in self.state.notices if n["grant_id"] == gid]})
+
+
+class HeartbeatH(_Base):
+    def post(self) -> None:
+        self.state.heartbeats.append(json.loads(self.request.body))
+        self.set_status(204)
+        self.finish()
+
+
+class FakeBroker:
+    """Serves ``/api/v1/...`` on 127.0.0.1 on a free port."""
+
+    prefix = "/services/gpushare/api/v1"
+
+    def __init__(self) -> None:
+        self.state = BrokerState()
+        self.port = free_port()
+        self.server: HTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
+
+    def start(self) -> None:
+        p, kw = self.prefix, {"state": self.state}
+        app = web.Application(
+            [
+                (rf"{p}/grants/([^/]+)", GrantH, kw),
+                (rf"{p}/teams/([^/]+)/usage", TeamH, kw),
+                (rf"{p}/notices", NoticesH, kw),
+                (rf"{p}/heartbeats", HeartbeatH, kw),
+            ]
+        )
+        self.server = HTTPServer(app)
+        self.server.listen(self.port, "127.0.0.1")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
