@@ -190,6 +190,8 @@ class BrokerApp(Application):
     def _log_request(self, handler: web.RequestHandler) -> None:
         status = handler.get_status()
         level = logging.WARNING if status >= 500 else logging.DEBUG
+        if not self.log.isEnabledFor(level):
+            return
         self.log.log(
             level,
             "%d %s %.1fms",

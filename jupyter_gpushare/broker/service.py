@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy import Engine, and_, bindparam, or_, select
 
 from ..core.admission import AdmissionFacts, Decision, Outcome, decide
 from ..core.ledger import Interval, gpu_hours, month_bounds, month_of
@@ -47,6 +47,18 @@ from .serial import (
 log = logging.getLogger("gpushare.broker")
 
 LIVE_STATUSES = ("queued", "preempting")
+
+# pre-built statements of the hot paths (parameters bound at execution: SQLAlchemy caches them)
+_CLOSE_GRANT = (
+    grants_table.update()
+    .where(grants_table.c.id == bindparam("g_id"), grants_table.c.released_at.is_(None))
+    .values(released_at=bindparam("g_released"), release_reason=bindparam("g_reason"))
+)
+_CLOSE_REQUEST = (
+    requests_table.update()
+    .where(requests_table.c.id == bindparam("r_id"))
+    .values(status="released", updated_at=bindparam("r_updated"))
+)
 
 
 class Effects(Protocol):
@@ -346,7 +358,8 @@ class Broker:
             self.state.check(grant)
         with self.engine.begin() as conn:
             conn.execute(
-                requests_table.insert().values(
+                requests_table.insert(),
+                dict(
                     id=req.id,
                     username=req.user,
                     server=req.holder,
@@ -362,10 +375,10 @@ class Broker:
                     idempotency_key=idempotency_key,
                     created_at=now,
                     updated_at=now,
-                )
+                ),
             )
             if grant is not None:
-                conn.execute(grants_table.insert().values(**grant_row(grant)))
+                conn.execute(grants_table.insert(), grant_row(grant))
             for victim in victims:
                 if victim.id in self.state.preempting:
                     continue  # already leaving for this request (pending ones count as gone)
@@ -401,7 +414,8 @@ class Broker:
         now = self.clock()
         with self.engine.begin() as conn:
             conn.execute(
-                requests_table.insert().values(
+                requests_table.insert(),
+                dict(
                     id=req.id,
                     username=req.user,
                     server=req.holder,
@@ -417,7 +431,7 @@ class Broker:
                     idempotency_key=idempotency_key,
                     created_at=now,
                     updated_at=now,
-                )
+                ),
             )
         self.observer.admission(req.pool, status, code)
         return self._view_from_decision(
@@ -450,16 +464,8 @@ class Broker:
     def _close_grant_rows(
         self, conn: Any, grant_id: str, request_id: str, now: float, reason: str
     ) -> None:
-        conn.execute(
-            grants_table.update()
-            .where(grants_table.c.id == grant_id, grants_table.c.released_at.is_(None))
-            .values(released_at=now, release_reason=reason)
-        )
-        conn.execute(
-            requests_table.update()
-            .where(requests_table.c.id == request_id)
-            .values(status="released", updated_at=now)
-        )
+        conn.execute(_CLOSE_GRANT, {"g_id": grant_id, "g_released": now, "g_reason": reason})
+        conn.execute(_CLOSE_REQUEST, {"r_id": request_id, "r_updated": now})
 
     def release(
         self, grant_id: str, reason: str = "released by holder", *, drain: bool = True
@@ -525,7 +531,7 @@ class Broker:
                 )
             )
             if grant is not None:
-                conn.execute(grants_table.insert().values(**grant_row(grant)))
+                conn.execute(grants_table.insert(), grant_row(grant))
             for victim in victims:
                 if victim.id in self.state.preempting:
                     continue
@@ -642,9 +648,8 @@ class Broker:
     ) -> None:
         with self.engine.begin() as conn:
             conn.execute(
-                heartbeats_table.insert().values(
-                    grant_id=grant_id, ts=ts, simulated=simulated, gpus=gpus
-                )
+                heartbeats_table.insert(),
+                dict(grant_id=grant_id, ts=ts, simulated=simulated, gpus=gpus),
             )
         self.last_heartbeat[grant_id] = {"ts": iso(ts), "gpus": gpus, "simulated": simulated}
 
