@@ -96,3 +96,60 @@ class FakeBroker:
     def stop(self) -> None:
         if self.server is not None:
             self.server.stop()
+
+
+# -- server-extension test helpers ---------------------------------------------------
+
+EXT_CONFIG: dict[str, Any] = {
+    "ServerApp": {"jpserver_extensions": {"jupyter_gpushare.serverextension": True}},
+}
+
+
+def clear_gpushare_env(monkeypatch: Any) -> None:
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("GPUSHARE_"):
+            monkeypatch.delenv(k)
+
+
+def grant_env(monkeypatch: Any, broker_url: str | None, **extra: str) -> None:
+    """Set the spawner's GPUSHARE_* contract for a simulated grant."""
+    clear_gpushare_env(monkeypatch)
+    env = {
+        "GPUSHARE_GRANT_ID": "g-1",
+        "GPUSHARE_GPU_UUIDS": "GPU-sim-node0-0",
+        "GPUSHARE_MEMORY_LIMIT_MIB": "10240",
+        "GPUSHARE_COMPUTE_PCT": "25",
+        "GPUSHARE_UNITS": "0.25",
+        "GPUSHARE_PROFILE": "inference-dev",
+        "GPUSHARE_TEAM": "vision",
+        "GPUSHARE_POOL": "shared",
+        "GPUSHARE_BORROWED": "true",
+        "GPUSHARE_ENFORCEMENT": "env",
+        "GPUSHARE_SIMULATED": "1",
+        "JUPYTERHUB_API_TOKEN": TOKEN,
+        **extra,
+    }
+    if broker_url:
+        env["GPUSHARE_BROKER_URL"] = broker_url
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+async def wait_until(pred: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``pred`` (sync or async) until truthy; fail after a generous timeout."""
+    import asyncio
+    import inspect
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if inspect.isawaitable(v):
+            v = await v
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)

@@ -124,6 +124,7 @@ class TelemetryService:
         self.subscribers: set[Sender] = set()
         self.last_heartbeat: dict[str, Any] | None = None
         self.seen_notices: set[str] = set()
+        self.notice_messages: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
@@ -299,6 +300,8 @@ class TelemetryService:
     # -- stream --------------------------------------------------------------------
     def subscribe(self, send: Sender) -> None:
         self.subscribers.add(send)
+        for msg in self.notice_messages:
+            send(msg)
         if self.current_json is not None:
             send(self.current_json)
 
@@ -411,7 +414,9 @@ class TelemetryService:
             key = json.dumps(n, sort_keys=True)
             if key not in self.seen_notices:
                 self.seen_notices.add(key)
-                self.broadcast(json.dumps({"type": "notice", "notice": with_time_left(n)}))
+                msg = json.dumps({"type": "notice", "notice": with_time_left(n)})
+                self.notice_messages.append(msg)
+                self.broadcast(msg)
 
     async def grant_answer(self) -> dict[str, Any]:
         """The ``/gpushare/api/grant`` answer."""
