@@ -34,7 +34,7 @@ class MetricsHandler(_ServiceMixin, ExtensionHandlerMixin, APIHandler):
     @authorized
     async def get(self) -> None:
         await self.service.start()
-        current = await self.service.wait_for_sample()
+        current = await self.service.current_answer()
         if current is None:
             raise web.HTTPError(503, "no GPU sample yet")
         self.finish(json.dumps(current))

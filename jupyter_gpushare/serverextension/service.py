@@ -165,6 +165,13 @@ class TelemetryService:
                 await asyncio.wait_for(self._first_sample.wait(), timeout)
         return self.current
 
+    async def current_answer(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        """The latest sample's answer, with the watchdog's events as of now."""
+        current = await self.wait_for_sample(timeout)
+        if current is None:
+            return None
+        return {**current, "watchdog": self.watchdog_state()}
+
     @staticmethod
     async def _every(period: float, fn: Callable[[], Any]) -> None:
         while True:
@@ -364,9 +371,18 @@ class TelemetryService:
 
     async def tell_kernel(self, kernel_id: str, text: str) -> bool:
         """Write the message to the kernel's stderr (it reaches every attached frontend)."""
-        km = self.kernel_manager
+        from jupyter_client.session import Session
+
         try:
-            client = km.get_kernel(kernel_id).client()
+            kernel = self.kernel_manager.get_kernel(kernel_id)
+            # A session of its own: sharing the kernel manager's session id would
+            # share a ZMQ identity and steal other clients' shell replies.
+            session = Session(
+                key=kernel.session.key,
+                signature_scheme=kernel.session.signature_scheme,
+                username="gpushare",
+            )
+            client = kernel.client(session=session)
         except Exception:
             return False
         code = (
