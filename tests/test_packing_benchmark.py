@@ -21,13 +21,16 @@ n-b,4000,8000,1,B
 """
 
 PODS_CSV = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,"
-    "qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
-) + """p0,1000,1000,1,500,,LS,Running,0,10,0
+    (
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,"
+        "qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    )
+    + """p0,1000,1000,1,500,,LS,Running,0,10,0
 p1,2000,1000,1,1000,,LS,Running,0,10,0
 p2,1000,1000,0,0,,LS,Running,0,10,0
 p3,2000,2000,1,300,B,LS,Running,0,10,0
 """
+)
 
 
 def pod(name: str, num: int, milli: int, cpu: int = 1000, spec: str = "") -> ps.PodSpec:

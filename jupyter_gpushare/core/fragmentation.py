@@ -77,6 +77,16 @@ class FragTable:
         self.shapes = list(shapes)
         self.cpu_levels = sorted({s[0] for s, _ in self.shapes})
         self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        # GPU shapes grouped by (per-GPU milli, count, models); per group and CPU level the
+        # popularity of the group's shapes whose CPU demand that level covers
+        groups: dict[tuple[int, int, tuple[str, ...]], list[float]] = {}
+        for (cpu, milli, num, models), p in self.shapes:
+            if milli == 0:
+                continue
+            row = groups.setdefault((milli, num, models), [0.0] * (len(self.cpu_levels) + 1))
+            for lv in range(bisect.bisect_left(self.cpu_levels, cpu) + 1, len(row)):
+                row[lv] += p
+        self._groups = [(milli, num, models, row) for (milli, num, models), row in groups.items()]
 
     def level(self, cpu_free: int) -> int:
         """How many distinct shape CPU demands ``cpu_free`` covers."""
@@ -92,19 +102,17 @@ class FragTable:
         return val
 
     def _compute(self, model: str, level: int, gpus: tuple[int, ...]) -> float:
+        """All free capacity, less what the hostable shapes can still use."""
         total = sum(gpus)
         if total == 0:
             return 0.0
-        covered = self.cpu_levels[:level]
-        max_cpu = covered[-1] if covered else -1
-        frag = 0.0
-        for (cpu, milli, num, models), p in self.shapes:
-            if milli == 0 or cpu > max_cpu or (models and model not in models):
-                frag += p * total
+        usable = 0.0
+        n = len(gpus)
+        for milli, num, models, row in self._groups:
+            p = row[level]
+            if p == 0.0 or (models and model not in models):
                 continue
             k = bisect.bisect_left(gpus, milli)
-            if len(gpus) - k < num:
-                frag += p * total
-            else:
-                frag += p * sum(gpus[:k])
-        return frag
+            if n - k >= num:  # hostable: only the GPUs smaller than the shape are lost
+                usable += p * (total - sum(gpus[:k]))
+        return total - usable

@@ -5,19 +5,23 @@ It never changes the state; the caller applies the grant. ``place_on_node`` answ
 the same question for one node (preemption uses it to test a node with victims gone).
 
 Shared and debug pools use *gpushare packing*, a fragmentation-gradient placement
-(after FGD, USENIX ATC '23) made cheap and incremental:
+(after FGD, USENIX ATC '23) made cheap, incremental and CPU-aware:
 
 * the fragmentation of every node against the target workload (the request shapes
   seen so far, see :mod:`.fragmentation`) is cached per node and refreshed only for
-  nodes whose grants changed; values are memoised by node *signature* (GPU model, CPU
-  level, sorted free capacity per GPU), so most lookups are dictionary hits;
+  nodes whose grants changed; gradients are memoised by node *signature* (GPU model,
+  CPU level, sorted free capacity per GPU), so most lookups are dictionary hits;
 * untouched nodes of one hardware kind are interchangeable, so only the first one of
-  each kind is scored; together with the set of partly used nodes this keeps a
-  decision well below scoring every node;
-* a candidate's score is the increase of fragmentation it causes, in coarse steps
-  (``GRADIENT_STEP``); ties go to the node whose GPUs end up fullest (best fit),
-  then to the node listed first in the policy. Within a node, the GPU that adds the
-  least fragmentation wins, then the tightest one.
+  each kind is scored; used nodes sit in buckets by their largest free GPU, so a
+  request skips every node whose GPUs are all too small without looking at it;
+* a candidate's rank is the fragmentation it adds plus a penalty when the node would
+  be left with less CPU (as a share of the node) than GPU: GPUs without CPU to feed
+  them are stranded, which FGD's measure sees only at shape thresholds. The rank is
+  taken in coarse steps (``GRADIENT_STEP``) and ties go to the node listed first, so
+  equal choices pack onto the same nodes. Within a node the GPU that adds the least
+  fragmentation wins, then the tightest one;
+* fractions with explicit memory or compute (not proportional to the fraction) are
+  placed by plain best fit, which checks them exactly.
 
 Exclusive and MIG pools keep plain best fit (whole devices, nothing to fragment).
 """
@@ -27,14 +31,19 @@ from __future__ import annotations
 import heapq
 import itertools
 import weakref
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, GPUAsk, GPUSlice, Placement, Request, SharingMode
 from .state import ClusterState, GPUState, NodeState
 
-GRADIENT_STEP = 40.0
+GRADIENT_STEP = 80.0
 """Milli-units of fragmentation increase treated as equal when ranking nodes."""
+
+STARVATION_WEIGHT = 2000.0
+"""Milli-units of fragmentation charged per unit by which a node's GPU share left exceeds
+its CPU share left (GPUs that CPU can no longer feed)."""
 
 
 def _model_ok(gs: GPUState, request: Request) -> bool:
@@ -150,6 +159,18 @@ class _NodeView:
     in_heap: bool = False
     frag: float = 0.0
     level: int = 0
+    sig: int = 0  # interned (model, CPU level, sorted_units): the memo key of a node state
+    total: int = 0  # free milli over all GPUs
+    inv_cpu: float = 0.0  # 1 / CPU capacity
+    inv_gpu: float = 0.0  # 1 / GPU capacity in milli
+
+
+_Row = tuple[int, int, tuple[int, ...], str, int, int, float, float, int, _NodeView]
+"""(free CPU, free RAM, sorted free units, model, signature, total free, 1/CPU capacity,
+1/GPU capacity, position, view) of one node: what the scoring loop reads."""
+
+_BUCKET = 100
+"""Width (milli) of the capacity buckets of used nodes."""
 
 
 @dataclass
@@ -168,8 +189,12 @@ class _PoolIndex:
         self.views: dict[str, _NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[_NodeView] = []
-        self.open: set[int] = set()  # positions of used nodes with CPU or GPU left
+        # used nodes with CPU or GPU left, as row tuples in buckets by their largest free
+        # GPU (``_BUCKETS`` milli wide): a GPU request skips whole buckets that are too small
+        self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
+        self.bucket_of: dict[int, int] = {}
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
+        self._sigs: dict[tuple, int] = {}
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
             kind = (
@@ -180,6 +205,8 @@ class _PoolIndex:
                 ns.pool.memory_headroom,
             )
             view = _NodeView(ns, pos, kind, models)
+            view.inv_cpu = 1.0 / ns.node.cpu_milli if ns.node.cpu_milli else 0.0
+            view.inv_gpu = 1.0 / (UNIT * len(ns.gpus)) if ns.gpus else 0.0
             self.views[ns.node.name] = view
             self.by_pos.append(view)
             self.refresh(view)
@@ -188,31 +215,83 @@ class _PoolIndex:
         """A new target workload: drop memos and recompute every node's fragmentation."""
         self.table = FragTable(self.workload.shapes)
         self._memo.clear()
+        self._sigs.clear()
         for view in self.by_pos:
-            view.level = self.table.level(view.ns.free_cpu)
-            view.frag = self.table.frag(view.model, view.level, view.sorted_units)
+            self._describe(view)
+            if view.pos in self.bucket_of:
+                self._file(view)
+
+    def _describe(self, view: _NodeView) -> None:
+        """Level, fragmentation and signature of a node under the current target."""
+        view.level = self.table.level(view.ns.free_cpu)
+        view.frag = self.table.frag(view.model, view.level, view.sorted_units)
+        sig_key = (view.model, view.level, view.sorted_units)
+        sig = self._sigs.get(sig_key)
+        if sig is None:
+            sig = self._sigs[sig_key] = len(self._sigs)
+        view.sig = sig
 
     def refresh(self, view: _NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
         ns = view.ns
         view.units = [gpu_free_units(g) for g in ns.gpus]
         view.sorted_units = tuple(sorted(view.units))
+        view.total = sum(view.units)
         view.pristine = (
             ns.free_cpu == ns.node.cpu_milli
             and ns.free_mem == ns.node.memory_mib
             and all(g.idle for g in ns.gpus)
         )
-        view.level = self.table.level(ns.free_cpu)
-        view.frag = self.table.frag(view.model, view.level, view.sorted_units)
+        self._describe(view)
+        old = self.bucket_of.pop(view.pos, None)
+        if old is not None:
+            del self.buckets[old][view.pos]
         if view.pristine:
-            self.open.discard(view.pos)
             if not view.in_heap:
                 heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
                 view.in_heap = True
-        elif (ns.free_cpu > 0 or any(view.units)) and not ns.cordoned:
-            self.open.add(view.pos)
-        else:
-            self.open.discard(view.pos)
+        elif (ns.free_cpu > 0 or view.total) and not ns.cordoned:
+            self._file(view)
+
+    def _file(self, view: _NodeView) -> None:
+        """Put a used node's row into the bucket of its largest free GPU."""
+        units = view.sorted_units
+        top = units[-1] if units else 0
+        b = min(top, UNIT) // _BUCKET
+        ns = view.ns
+        self.buckets[b][view.pos] = (
+            ns.free_cpu, ns.free_mem, units, view.model, view.sig, view.total,
+            view.inv_cpu, view.inv_gpu, view.pos, view,
+        )  # fmt: skip
+        self.bucket_of[view.pos] = b
+
+    def _rows_for(self, cpu: int, mem: int, milli: int) -> list[_Row]:
+        """The rows worth scoring for a request needing ``milli`` on its GPUs.
+
+        A CPU-only request goes to a used node whose GPUs are all taken when one has room
+        (it costs no fragmentation there, the least any node can cost), else it is scored
+        against the used nodes with at most slivers of GPU left (``_BUCKET``), and only
+        when none of those has room against every node.
+        """
+        if milli == 0:
+            low = [row for row in self.buckets[0].values() if row[0] >= cpu and row[1] >= mem]
+            full = [row for row in low if row[5] == 0]
+            if full:
+                return [min(full, key=lambda row: row[8])]
+            if low:
+                return low
+        rows = [self._row(v) for v in self._kind_heads()]
+        for bucket in self.buckets[min(milli, UNIT) // _BUCKET :]:
+            rows.extend(bucket.values())
+        return rows
+
+    @staticmethod
+    def _row(view: _NodeView) -> _Row:
+        ns = view.ns
+        return (
+            ns.free_cpu, ns.free_mem, view.sorted_units, view.model, view.sig, view.total,
+            view.inv_cpu, view.inv_gpu, view.pos, view,
+        )  # fmt: skip
 
     def _kind_heads(self) -> list[_NodeView]:
         heads = []
@@ -231,7 +310,7 @@ class _PoolIndex:
         self, view: _NodeView, after_level: int, milli: int, num: int
     ) -> tuple[float, tuple[int, ...]]:
         """(fragmentation increase, free-unit values of GPUs to take), memoised."""
-        key = (view.model, view.level, after_level, view.sorted_units, milli, num)
+        key = (view.sig, after_level, milli, num)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
@@ -263,41 +342,53 @@ class _PoolIndex:
         self._memo[key] = result
         return result
 
-    @staticmethod
-    def node_key(delta: float, left: int, view: _NodeView) -> tuple:
-        """Rank of a candidate (lower is better): gradient step, GPU left, list order."""
-        return (int(delta // GRADIENT_STEP), left, view.pos)
-
     def best(self, request: Request, shape: Shape) -> _Candidate | None:
-        """The best candidate node (and GPU free values) for ``request``."""
+        """The best candidate node (and GPU free values) for ``request``.
+
+        A candidate's rank is its fragmentation increase plus ``STARVATION_WEIGHT`` times
+        the amount by which its GPU share left would exceed its CPU share left, in steps
+        of ``GRADIENT_STEP``; ties go to the node listed first.
+        """
         cpu, milli, num, models = shape
         mem = request.memory_mib
-        level = self.table.level
-        best: _Candidate | None = None
-        views = self.by_pos
-        candidates = itertools.chain((views[p] for p in self.open), self._kind_heads())
-        for view in candidates:
-            ns = view.ns
-            if ns.free_cpu < cpu or ns.free_mem < mem:
+        levels = self.table.cpu_levels
+        gradient = self._gradient
+        memo = self._memo
+        weight = STARVATION_WEIGHT
+        step = GRADIENT_STEP
+        demand = milli * num
+        best_rank: tuple[int, int] | None = None
+        best_view: _NodeView | None = None
+        best_take: tuple[int, ...] = ()
+        rows = self._rows_for(cpu, mem, milli)
+        for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
+            cpu_left = free_cpu - cpu
+            if cpu_left < 0 or free_mem < mem:
                 continue
-            units = view.sorted_units
             if num:
                 if len(units) < num or units[-num] < milli:
                     continue
-                if models and view.model not in models:
+                if models and model not in models:
                     continue
-            delta, take = self._gradient(view, level(ns.free_cpu - cpu), milli, num)
-            left = sum(units) - milli * num
-            key = self.node_key(delta, left, view)
-            if best is None or key < best.key:
-                best = _Candidate(key, view, take)
-        return best
+            after = bisect_right(levels, cpu_left)
+            hit = memo.get((sig, after, milli, num))
+            delta, take = hit if hit is not None else gradient(view, after, milli, num)
+            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
+            if starved > 0.0:
+                delta += weight * starved
+            rank = (int(delta // step), pos)
+            if best_rank is None or rank < best_rank:
+                best_rank, best_view, best_take = rank, view, take
+        if best_view is None or best_rank is None:
+            return None
+        return _Candidate(best_rank, best_view, best_take)
 
 
 class _Index:
     """Packing indices of one :class:`ClusterState`, kept in step with its grants."""
 
     def __init__(self, state: ClusterState) -> None:
+        self.policy = state.policy
         self.workload = Workload()
         self.pools: dict[str, _PoolIndex] = {}
         self.node_pool: dict[str, str] = {}
@@ -338,7 +429,7 @@ _INDICES: weakref.WeakKeyDictionary[ClusterState, _Index] = weakref.WeakKeyDicti
 
 def _index(state: ClusterState) -> _Index:
     idx = _INDICES.get(state)
-    if idx is None or set(idx.node_pool) != set(state.nodes):
+    if idx is None or idx.policy is not state.policy:
         idx = _Index(state)
         _INDICES[state] = idx
     else:
