@@ -21,7 +21,13 @@ from jupyter_gpushare.core.model import (
 from jupyter_gpushare.core.placement import place, place_on_node
 from jupyter_gpushare.core.state import ClusterState
 
-MODELS = ("A100", "T4", "L4")
+MODELS = ("A100", "T4", "L4", "T4+L4")
+
+
+def _model(spec: str, k: int) -> str:
+    """GPU ``k``'s model; ``"T4+L4"`` makes a node of mixed models (alternating)."""
+    parts = spec.split("+")
+    return parts[k % len(parts)]
 
 
 def make_state(node_specs: list[tuple[int, str, int, int]], headroom: float) -> ClusterState:
@@ -29,7 +35,7 @@ def make_state(node_specs: list[tuple[int, str, int, int]], headroom: float) -> 
         Node(
             f"n{i}",
             "shared",
-            tuple(GPU(f"n{i}-g{k}", model, 16000, k) for k in range(gpus)),
+            tuple(GPU(f"n{i}-g{k}", _model(model, k), 16000, k) for k in range(gpus)),
             cpu,
             ram,
         )

@@ -368,8 +368,8 @@ class _PoolIndex:
             if num:
                 if len(units) < num or units[-num] < milli:
                     continue
-                if models and model not in models:
-                    continue
+                if models and model not in models and "|" not in model:
+                    continue  # (a node of mixed models is checked GPU by GPU later)
             after = bisect_right(levels, cpu_left)
             hit = memo.get((sig, after, milli, num))
             delta, take = hit if hit is not None else gradient(view, after, milli, num)
