@@ -182,7 +182,6 @@ class Sampler(ABC):
             )
 
     def _run(self) -> None:
-        cpu0 = time.thread_time()
         try:
             self.setup()
         except Exception as exc:
@@ -191,6 +190,7 @@ class Sampler(ABC):
             self.ready.set()
             return
         self.ready.set()
+        cpu0 = time.thread_time()  # steady-state cost: setup (NVML init) not counted
         next_t = time.monotonic()
         try:
             while not self._stop.is_set():

@@ -1,0 +1,195 @@
+"""Telemetry benchmark: sampler CPU cost at 1 Hz, and stream delay to 100 clients.
+
+    .venv/bin/python benchmarks/telemetry.py                 # both parts, 30 s each
+    .venv/bin/python benchmarks/telemetry.py --duration 60 --clients 100
+
+Part 1 runs the sampler thread (NVML where a GPU exists, else simulated) at 1 Hz and
+reports its CPU time (``time.thread_time`` inside the thread) as % of one core, alone
+and with the server's per-sample work (process-tree walk and attribution); it also
+reports the whole process's CPU delta against an idle baseline measured in the same run.
+Part 2 starts a real jupyter server with the extension on 127.0.0.1, connects N
+WebSocket clients (tornado.websocket) to /gpushare/api/metrics/stream and reports the
+delay from sample time to client receipt (p50 / p99 / max). Figures are printed, not
+asserted; targets: <= 1 % of one core, p99 < 50 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from jupyter_gpushare.telemetry.attribution import attribute, collect_process_tree
+from jupyter_gpushare.telemetry.grant import GrantInfo
+from jupyter_gpushare.telemetry.sampler import Sampler, make_sampler
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def measure_sampler(duration: float, interval: float, kind: str, server_work: bool) -> dict:
+    """Sampler thread CPU while sampling for ``duration`` s, and process CPU vs idle."""
+    idle0, w0 = _cpu(), time.monotonic()
+    time.sleep(duration)
+    idle_cpu = (_cpu() - idle0) / (time.monotonic() - w0)
+
+    s: Sampler = make_sampler(kind, interval_s=interval)
+    grant = GrantInfo.from_env()
+    if server_work:
+        pid = os.getpid()
+        s.add_listener(
+            lambda x: attribute(x, grant.gpu_uuids, collect_process_tree(pid, []))
+        )
+    s.start()
+    s.wait_ready(60)
+    c0, w0 = _cpu(), time.monotonic()
+    time.sleep(duration)
+    wall = time.monotonic() - w0
+    busy_cpu = (_cpu() - c0) / wall
+    thread_cpu = s.cpu_seconds
+    ticks = s.ticks
+    desc = s.describe()
+    s.stop()
+    return {
+        "source": desc["source"],
+        "simulated": desc["simulated"],
+        "server_work": server_work,
+        "ticks": ticks,
+        "thread_cpu_pct_of_core": 100 * thread_cpu / max(ticks * interval, 1e-9),
+        "thread_cpu_ms_per_sample": 1000 * thread_cpu / max(ticks, 1),
+        "process_cpu_pct_vs_idle": 100 * (busy_cpu - idle_cpu),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def stream_delays(port: int, token: str, clients: int, duration: float) -> list[float]:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    url = f"ws://127.0.0.1:{port}/gpushare/api/metrics/stream"
+    delays: list[float] = []
+
+    async def client() -> None:
+        req = HTTPRequest(url, headers={"Authorization": f"token {token}"})
+        ws = await websocket_connect(req)
+        first = True
+        end = time.time() + duration
+        while time.time() < end:
+            try:
+                raw = await asyncio.wait_for(ws.read_message(), max(0.1, end - time.time()))
+            except asyncio.TimeoutError:
+                break
+            now = time.time()
+            if raw is None:
+                break
+            msg = json.loads(raw)
+            if msg.get("type") != "sample":
+                continue
+            if first:  # the replayed current sample on subscribe is not a live delivery
+                first = False
+                continue
+            delays.append(1000 * (now - msg["ts"]))
+        ws.close()
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return delays
+
+
+def measure_stream(clients: int, duration: float, interval: float, kind: str) -> dict:
+    """Start a jupyter server with the extension; N clients; delay sample -> client."""
+    port, token = free_port(), "bench-token"
+    env = dict(os.environ)
+    if kind == "simulated":
+        env["GPUSHARE_SIMULATED"] = "1"
+    root = tempfile.mkdtemp(prefix="gpushare-bench-")
+    cfg = os.path.join(root, "jupyter_server_config.json")
+    with open(cfg, "w") as f:
+        ext = {"jupyter_gpushare.serverextension": True}
+        json.dump({"ServerApp": {"jpserver_extensions": ext}}, f)
+    cmd = [
+        sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1",
+        f"--port={port}", "--ServerApp.port_retries=0", "--ServerApp.allow_root=True",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        f"--config={cfg}",
+        f"--GPUShareServerApp.sample_interval_s={interval}",
+        f"--GPUShareServerApp.sampler={kind}",
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    err = proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+                    raise RuntimeError(f"jupyter server did not start:\n{err}") from None
+                time.sleep(0.2)
+        delays = asyncio.run(stream_delays(port, token, clients, duration))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    delays.sort()
+    n = len(delays)
+    q = (lambda p: delays[min(n - 1, int(p * n))]) if n else (lambda p: float("nan"))
+    return {
+        "clients": clients,
+        "messages": n,
+        "p50_ms": q(0.50),
+        "p99_ms": q(0.99),
+        "max_ms": delays[-1] if n else float("nan"),
+        "mean_ms": statistics.fmean(delays) if n else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds per measurement")
+    ap.add_argument("--interval", type=float, default=1.0, help="sample interval (s)")
+    ap.add_argument("--clients", type=int, default=100, help="stream clients")
+    ap.add_argument("--sampler", default="auto", choices=["auto", "nvml", "simulated"])
+    ap.add_argument("--skip-stream", action="store_true")
+    ap.add_argument("--skip-cpu", action="store_true")
+    args = ap.parse_args(argv)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, sampler={args.sampler}")
+    if not args.skip_cpu:
+        for work in (False, True):
+            r = measure_sampler(args.duration, args.interval, args.sampler, work)
+            label = "sampler + attribution" if work else "sampler alone"
+            print(
+                f"[cpu] {label:22s} source={r['source']:9s} simulated={r['simulated']!s:5s} "
+                f"samples={r['ticks']:4d}  thread CPU {r['thread_cpu_pct_of_core']:.3f} % "
+                f"of one core ({r['thread_cpu_ms_per_sample']:.3f} ms/sample); process CPU "
+                f"vs idle baseline {r['process_cpu_pct_vs_idle']:+.3f} %  (target <= 1 %)"
+            )
+    if not args.skip_stream:
+        kind = args.sampler
+        r = measure_stream(args.clients, args.duration, args.interval, kind)
+        print(
+            f"[stream] {r['clients']} clients, {r['messages']} deliveries: sample->client "
+            f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms "
+            f"(target p99 < 50 ms)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
