@@ -1064,7 +1064,16 @@ def check_policy_file(path: str | Path, discover: Discover | None = None) -> Pol
 
 
 def load_policy(path: str | Path, discover: Discover | None = None) -> Policy:
-    """Load a policy file; raises :class:`PolicyError` listing every error."""
+    """Load a policy file; raises :class:`PolicyError` listing every error.
+
+    A discovered inventory (``source: nvml`` or ``kubernetes``) is read with
+    :func:`jupyter_gpushare.discovery.discover` unless ``discover`` is given; a failed
+    discovery is an error naming the file and line of ``inventory.source``.
+    """
+    if discover is None:
+        from .discovery import discover as discover_at_run_time
+
+        discover = discover_at_run_time
     return _finish(check_policy_file(path, discover))
 
 
