@@ -120,3 +120,14 @@ def test_form_escapes_and_says_when_nothing_is_open():
     c = form.ProfileChoice(slug="x", display_name="<b>x</b>", description="", pool="p",
                            share="s", units=0.5)
     assert "<b>x</b>" not in form.render_form([c])
+
+
+def test_fraction_is_described_as_its_share_of_the_shareable_memory() -> None:
+    from jupyter_gpushare.policy import load_policy
+    from jupyter_gpushare.spawner.form import describe_share
+
+    policy = load_policy(Path(__file__).parent.parent / "hub_config" / "gpushare.yaml")
+    debug = policy.profile("debug-eighth")
+    assert debug is not None
+    # 141 GiB H200 with 20 % headroom: 1/8 of the shareable 112.8 GiB
+    assert describe_share(debug, policy) == "1/8 GPU (14.1 GiB, 12.5% compute)"

@@ -82,11 +82,13 @@ def describe_share(profile: Profile, policy: Policy) -> str:
         return "no GPU"
     if ask.whole:
         return f"{ask.whole} whole GPU" + ("s" if ask.whole > 1 else "")
+    pool = policy.pool(profile.pool)
+    headroom = pool.memory_headroom if pool is not None and pool.shares_gpus else 0.0
     gpus = [g for n in policy.nodes_in(profile.pool) for g in n.gpus]
-    smallest = min((g.memory_mib for g in gpus), default=0)
+    smallest = min(gpus, key=lambda g: g.memory_mib, default=None)
     memory = ask.memory_mib
-    if memory is None and smallest:
-        memory = -(-smallest * ask.fraction_milli // UNIT)
+    if memory is None and smallest is not None:
+        memory = ask.memory_on(smallest, int(smallest.memory_mib * (1.0 - headroom)))
     compute = ask.compute_on() / 10
     parts = [f"{compute:g}% compute"]
     if memory:
