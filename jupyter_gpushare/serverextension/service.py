@@ -64,6 +64,7 @@ class ServiceConfig:
     api_token: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_API_TOKEN", ""))
 
 
+HINTS_EVERY_S = 5.0
 VERBS = {"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
 
 
@@ -129,6 +130,8 @@ class TelemetryService:
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
         self._first_sample = asyncio.Event()
+        self._hints: list[LowUtilHint] = []
+        self._hints_at = float("-inf")
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -248,9 +251,11 @@ class TelemetryService:
         if self.watchdog is not None:
             for v in self.watchdog.check(att, sample.ts):
                 asyncio.ensure_future(self.enforce(v))
-        hints = self.hints(sample.ts)
+        if sample.ts - self._hints_at >= HINTS_EVERY_S:  # minutes-long window: no need per tick
+            self._hints, self._hints_at = self.hints(sample.ts), sample.ts
+        hints = self._hints
         self.current = self.answer(sample, att, hints)
-        self.current_json = json.dumps({"type": "sample", **self.current})
+        self.current_json = json.dumps({"type": "sample", **self.current, "sent_ts": time.time()})
         self._first_sample.set()
         self.broadcast(self.current_json)
 
