@@ -214,6 +214,7 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
         "--BrokerApp.log_level=WARN",
         "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
+        f"--BrokerApp.raw_sql={not args.legacy_sql}",
     ]
     t0 = time.perf_counter()
     log = open(tmp / f"broker-{name}.log", "wb")  # noqa: SIM115
@@ -267,6 +268,11 @@ def main() -> None:
         "--release",
         action="store_true",
         help="release every granted request at once (admission + release cycles)",
+    )
+    parser.add_argument(
+        "--legacy-sql",
+        action="store_true",
+        help="write through SQLAlchemy Core instead of the driver (BrokerApp.raw_sql=False)",
     )
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}

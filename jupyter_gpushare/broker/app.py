@@ -100,6 +100,12 @@ class BrokerApp(Application):
     reconcile_on_start = Bool(True, config=True, help="Reconcile with the hub after start.")
     reconcile_interval_s = Float(300.0, config=True, help="Reconcile periodically (0: never).")
     reconcile_min_age_s = Float(60.0, config=True, help="Leave grants younger than this alone.")
+    raw_sql = Bool(
+        True,
+        config=True,
+        help="Write the hot paths (admission, release) through the DB-API driver directly "
+        "(SQLite, PostgreSQL+psycopg2); False: SQLAlchemy Core for every write.",
+    )
     groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
 
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
@@ -165,7 +171,13 @@ class BrokerApp(Application):
         self.notices = NoticeHub()
         self.runner = PreemptionRunner(self.hub, self.backend, self.notices)
         self.metrics = BrokerMetrics()
-        self.broker = Broker(policy, self.engine, effects=self.runner, observer=self.metrics)
+        self.broker = Broker(
+            policy,
+            self.engine,
+            effects=self.runner,
+            observer=self.metrics,
+            raw_sql=self.raw_sql,
+        )
         self.runner.broker = self.broker
         self.metrics.broker = self.broker
         auth_kwargs: dict[str, Any] = {"parent": self}
@@ -240,6 +252,7 @@ class BrokerApp(Application):
         for task in getattr(self, "_tasks", ()):
             task.cancel()
         self.runner.close()
+        self.broker.close()
         self.engine.dispose()
 
     def start(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,8 +106,37 @@ class TokenAuthenticator(LoggingConfigurable):
 
     service_name = Unicode("gpushare", config=True, help="This service's name in the hub.")
 
+    #: seconds an identity stays in :meth:`cached` (0: never cached)
+    identity_ttl_s: float = 0.0
+    max_cached = 10000
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._identities: dict[str, tuple[float, Identity]] = {}
+
     async def identify(self, token: str) -> Identity | None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def cached(self, token: str) -> Identity | None:
+        """The identity of ``token`` if known and fresh, without awaiting (the hot path)."""
+        hit = self._identities.get(token)
+        if hit is None:
+            return None
+        if hit[0] < time.monotonic():
+            del self._identities[token]
+            return None
+        return hit[1]
+
+    async def identify_and_cache(self, token: str) -> Identity | None:
+        identity = await self.identify(token)
+        if identity is not None and self.identity_ttl_s > 0:
+            if len(self._identities) >= self.max_cached:
+                now = time.monotonic()
+                self._identities = {t: v for t, v in self._identities.items() if v[0] >= now}
+                if len(self._identities) >= self.max_cached:
+                    self._identities.clear()
+            self._identities[token] = (time.monotonic() + self.identity_ttl_s, identity)
+        return identity
 
 
 class HubTokenAuthenticator(TokenAuthenticator):
@@ -133,9 +163,14 @@ class HubTokenAuthenticator(TokenAuthenticator):
             api_token=self.api_token or self._default_api_token(),
             cache_max_age=self.cache_max_age,
         )
+        # the identity built from the hub's answer is cached instead of the answer itself,
+        # for the same time (so a revoked token still stops working within cache_max_age)
+        self.identity_ttl_s = float(self.cache_max_age)
 
     async def identify(self, token: str) -> Identity | None:
-        model = await self.hub_auth.user_for_token(token, use_cache=True, sync=False)
+        model = await self.hub_auth.user_for_token(
+            token, use_cache=self.identity_ttl_s <= 0, sync=False
+        )
         if not model:
             return None
         return identity_from_model(model, self.service_name)
@@ -150,6 +185,7 @@ class StaticTokenAuthenticator(TokenAuthenticator):
 
     tokens = Dict(config=True)
     tokens_file = Unicode("", config=True)
+    identity_ttl_s = 3600.0
 
     async def identify(self, token: str) -> Identity | None:
         table = self.tokens

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -159,9 +160,9 @@ class BaseHandler(web.RequestHandler):
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
 
-    async def prepare(self) -> None:
+    def prepare(self) -> Awaitable[None] | None:
         if self.public:
-            return
+            return None
         header = self.request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         token = token.strip()
@@ -169,8 +170,15 @@ class BaseHandler(web.RequestHandler):
             raise BrokerError(
                 401, "authentication required: Authorization: token <JupyterHub token>"
             )
+        identity = self.ctx.auth.cached(token)
+        if identity is not None:  # the hot path: no await, no hub
+            self.identity = identity
+            return None
+        return self._identify(token)
+
+    async def _identify(self, token: str) -> None:
         try:
-            identity = await self.ctx.auth.identify(token)
+            identity = await self.ctx.auth.identify_and_cache(token)
         except web.HTTPError as exc:
             if exc.status_code in (401, 403):
                 identity = None
@@ -202,8 +210,8 @@ class BaseHandler(web.RequestHandler):
         self.finish(json.dumps({"error": reason}))
 
     def on_finish(self) -> None:
-        self.ctx.metrics.latency.labels(type(self).__name__, self.request.method or "").observe(
-            time.perf_counter() - self._t0
+        self.ctx.metrics.observe_latency(
+            type(self).__name__, self.request.method or "", time.perf_counter() - self._t0
         )
 
     def send(self, data: Any, status: int = 200) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -95,11 +95,25 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(self))
+        # label children resolved once (``labels()`` costs a lock and a tuple per call)
+        self._latency: dict[tuple[str, str], Any] = {}
+        self._admissions: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+
+    def observe_latency(self, handler: str, method: str, seconds: float) -> None:
+        child = self._latency.get((handler, method))
+        if child is None:
+            child = self._latency[(handler, method)] = self.latency.labels(handler, method)
+        child.observe(seconds)
 
     def admission(self, pool: str, outcome: str, code: str) -> None:
-        self.admissions.labels(pool, outcome, code).inc()
-        if outcome == "refused":
-            self.refusals.labels(pool, code).inc()
+        key = (pool, outcome, code)
+        children = self._admissions.get(key)
+        if children is None:
+            refused = self.refusals.labels(pool, code) if outcome == "refused" else None
+            children = self._admissions[key] = (self.admissions.labels(*key), refused)
+        children[0].inc()
+        if children[1] is not None:
+            children[1].inc()
 
     def preemption(self, reason: str, count: int) -> None:
         if count:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 from ..core.model import GPUAsk, GPUSlice, Grant, Kind, Placement, Policy, Request
@@ -11,6 +12,11 @@ from ..core.model import GPUAsk, GPUSlice, Grant, Kind, Placement, Policy, Reque
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
+    return _iso(ts)
+
+
+@lru_cache(maxsize=4096)
+def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 

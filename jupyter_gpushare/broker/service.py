@@ -18,8 +18,8 @@ live in :mod:`.preempt`; this module only schedules them through :class:`Effects
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +32,7 @@ from ..core.ledger import Interval, gpu_hours, month_bounds, month_of
 from ..core.model import UNIT, Grant, Kind, Policy, Request, from_milli
 from ..core.placement import place
 from ..core.state import CapacityError, ClusterState
+from . import fastsql
 from .db import grants_table, heartbeats_table, migrate, nodes_table, requests_table
 from .serial import (
     gpu_index,
@@ -164,7 +165,7 @@ class BrokerError(Exception):
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:20]}"
+    return f"{prefix}-{secrets.token_hex(10)}"  # 20 random hex digits, as uuid4().hex[:20] was
 
 
 class Broker:
@@ -178,9 +179,14 @@ class Broker:
         clock: Callable[[], float] = time.time,
         effects: Effects | None = None,
         observer: Observer | None = None,
+        raw_sql: bool = True,
     ) -> None:
         self.policy = policy
         self.engine = engine
+        # hot-path writes through the driver (one transaction each); None: SQLAlchemy only
+        self.fast: fastsql.FastWriter | None = (
+            fastsql.FastWriter(engine) if raw_sql and fastsql.supported(engine) else None
+        )
         self.clock = clock
         self.effects: Effects = effects or NoEffects()
         self.observer: Observer = observer or NoObserver()
@@ -192,6 +198,11 @@ class Broker:
         self.last_heartbeat: dict[str, dict[str, Any]] = {}
         self.ledger = MonthLedger()
         self.loaded = False
+
+    def close(self) -> None:
+        """Close the fast-path connection (and its checkpoint thread)."""
+        if self.fast is not None:
+            self.fast.close()
 
     # -- start ------------------------------------------------------------------------------
 
@@ -356,41 +367,46 @@ class Broker:
             victims = [self.state.grants[v] for v in decision.victims]
         if grant is not None:
             self.state.check(grant)
-        with self.engine.begin() as conn:
-            conn.execute(
-                requests_table.insert(),
-                dict(
-                    id=req.id,
-                    username=req.user,
-                    server=req.holder,
-                    team=req.team,
-                    pool=req.pool,
-                    kind=req.kind.value,
-                    profile=req.profile,
-                    status=status,
-                    reason=decision.reason,
-                    code=decision.code,
-                    spec=request_to_spec(req),
-                    grant_id=grant.id if grant else None,
-                    idempotency_key=idempotency_key,
-                    created_at=now,
-                    updated_at=now,
-                ),
-            )
+        row = dict(
+            id=req.id,
+            username=req.user,
+            server=req.holder,
+            team=req.team,
+            pool=req.pool,
+            kind=req.kind.value,
+            profile=req.profile,
+            status=status,
+            reason=decision.reason,
+            code=decision.code,
+            spec=request_to_spec(req),
+            grant_id=grant.id if grant else None,
+            idempotency_key=idempotency_key,
+            created_at=now,
+            updated_at=now,
+        )
+        marks = [
+            (victim.id, req.id, decision.reason, now + victim.grace_period_s)
+            for victim in victims
+            if victim.id not in self.state.preempting  # pending ones already count as gone
+        ]
+        if self.fast is not None:
+            spec_json = fastsql.dumps(row["spec"])
+            statements = [("insert_request", fastsql.request_params(row, spec_json))]
             if grant is not None:
-                conn.execute(grants_table.insert(), grant_row(grant))
-            for victim in victims:
-                if victim.id in self.state.preempting:
-                    continue  # already leaving for this request (pending ones count as gone)
-                conn.execute(
-                    grants_table.update()
-                    .where(grants_table.c.id == victim.id)
-                    .values(
-                        preempt_for=req.id,
-                        preempt_reason=decision.reason,
-                        preempt_deadline=now + victim.grace_period_s,
-                    )
+                statements.append(
+                    ("insert_grant", fastsql.grant_params(grant_row(grant), spec_json))
                 )
+            statements.extend(
+                ("mark_victim", (for_id, why, deadline, vid))
+                for vid, for_id, why, deadline in marks
+            )
+            self.fast.write(statements)
+        else:
+            with self.engine.begin() as conn:
+                conn.execute(requests_table.insert(), row)
+                if grant is not None:
+                    conn.execute(grants_table.insert(), grant_row(grant))
+                self._mark_victims(conn, marks)
         self.observer.admission(req.pool, status, decision.code)
         if grant is not None:
             self.state.apply(grant)
@@ -400,6 +416,15 @@ class Broker:
         elif decision.outcome is Outcome.PREEMPTING:
             self._start_preemption(req, decision, victims, now)
         return self._view_from_decision(req, decision, status, grant, now)
+
+    @staticmethod
+    def _mark_victims(conn: Any, marks: list[tuple[str, str, str, float]]) -> None:
+        for victim_id, for_id, why, deadline in marks:
+            conn.execute(
+                grants_table.update()
+                .where(grants_table.c.id == victim_id)
+                .values(preempt_for=for_id, preempt_reason=why, preempt_deadline=deadline)
+            )
 
     def refuse(
         self,
@@ -475,8 +500,16 @@ class Broker:
         if grant is None:
             return False
         now = self.clock()
-        with self.engine.begin() as conn:
-            self._close_grant_rows(conn, grant_id, grant.request.id, now, reason)
+        if self.fast is not None:
+            self.fast.write(
+                [
+                    ("close_grant", (now, reason, grant_id)),
+                    ("close_request", (now, grant.request.id)),
+                ]
+            )
+        else:
+            with self.engine.begin() as conn:
+                self._close_grant_rows(conn, grant_id, grant.request.id, now, reason)
         target = self.state.preempting.get(grant_id)
         self.state.release(grant_id)
         self.ledger.remove(grant, now)
@@ -518,32 +551,42 @@ class Broker:
             victims = [self.state.grants[v] for v in decision.victims]
         if grant is not None:
             self.state.check(grant)
-        with self.engine.begin() as conn:
-            conn.execute(
-                requests_table.update()
-                .where(requests_table.c.id == req.id)
-                .values(
-                    status=status,
-                    reason=decision.reason,
-                    code=decision.code,
-                    grant_id=grant.id if grant else None,
-                    updated_at=now,
+        marks = [
+            (victim.id, req.id, decision.reason, now + victim.grace_period_s)
+            for victim in victims
+            if victim.id not in self.state.preempting
+        ]
+        grant_id = grant.id if grant else None
+        if self.fast is not None:
+            statements: list[tuple[str, tuple[Any, ...]]] = [
+                (
+                    "transition_request",
+                    (status, decision.reason, decision.code, grant_id, now, req.id),
                 )
-            )
+            ]
             if grant is not None:
-                conn.execute(grants_table.insert(), grant_row(grant))
-            for victim in victims:
-                if victim.id in self.state.preempting:
-                    continue
+                statements.append(("insert_grant", fastsql.grant_params(grant_row(grant))))
+            statements.extend(
+                ("mark_victim", (for_id, why, deadline, vid))
+                for vid, for_id, why, deadline in marks
+            )
+            self.fast.write(statements)
+        else:
+            with self.engine.begin() as conn:
                 conn.execute(
-                    grants_table.update()
-                    .where(grants_table.c.id == victim.id)
+                    requests_table.update()
+                    .where(requests_table.c.id == req.id)
                     .values(
-                        preempt_for=req.id,
-                        preempt_reason=decision.reason,
-                        preempt_deadline=now + victim.grace_period_s,
+                        status=status,
+                        reason=decision.reason,
+                        code=decision.code,
+                        grant_id=grant_id,
+                        updated_at=now,
                     )
                 )
+                if grant is not None:
+                    conn.execute(grants_table.insert(), grant_row(grant))
+                self._mark_victims(conn, marks)
         self.queue.pop(req.id, None)
         self.pending.pop(req.id, None)
         self.observer.admission(req.pool, status, decision.code)
