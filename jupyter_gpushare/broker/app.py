@@ -9,6 +9,7 @@ JupyterHub the hub starts it (``hubsetup.setup_gpushare`` writes the service ent
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib
 import logging
 import os
@@ -105,6 +106,14 @@ class BrokerApp(Application):
         config=True,
         help="Write the hot paths (admission, release) through the DB-API driver directly "
         "(SQLite, PostgreSQL+psycopg2); False: SQLAlchemy Core for every write.",
+    )
+    gc_freeze = Bool(
+        True,
+        config=True,
+        help="After loading the state, move every object alive into the garbage collector's "
+        "permanent generation (gc.freeze): the grants, nodes and policy loaded on start are "
+        "then never scanned again, so full collections stop pausing the event loop for "
+        "~15 ms per 1,000 live grants.",
     )
     groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
 
@@ -216,6 +225,10 @@ class BrokerApp(Application):
         """Load the state from the database, listen, and reconcile in the background."""
         self.build()
         changes = self.broker.load()
+        if self.gc_freeze:
+            # nothing is in flight yet (we do not listen): only live state gets frozen
+            gc.collect()
+            gc.freeze()
         self.log.info(
             "gpushare broker: %d live grants, %d queued, %d preempting; %d changed on load",
             len(self.broker.state.grants),
