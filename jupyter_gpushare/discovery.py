@@ -173,6 +173,17 @@ def fetch_kubernetes_nodes(options: Mapping[str, Any]) -> list[dict[str, Any]]: 
             return [api.sanitize_for_serialization(n) for n in nodes.items]
 
     try:
-        return asyncio.run(read())
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop here (the broker's start): run one
+        runner = asyncio.run
+    else:  # inside the hub's loop (the spawner): run it on a thread of its own
+        from concurrent.futures import ThreadPoolExecutor
+
+        def runner(coro):  # type: ignore[no-untyped-def]
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(asyncio.run, coro).result()
+
+    try:
+        return runner(read())
     except Exception as exc:
         raise DiscoveryError(f"could not list Kubernetes nodes: {exc}") from exc

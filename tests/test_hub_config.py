@@ -12,9 +12,11 @@ import kubernetes_validate
 import kubespawner.spawner as ks_spawner
 import pytest
 import yaml
+from kubefixtures import kube_node
 from kubernetes_asyncio.client import ApiClient
 from traitlets.config import Config
 
+from jupyter_gpushare import discovery
 from jupyter_gpushare.broker.client import GPUShare, GrantInfo
 from jupyter_gpushare.policy import load_policy
 
@@ -84,6 +86,17 @@ async def test_z2jh_values_extra_config_loads_and_builds_a_valid_pod(tmp_path, m
     policy_file = tmp_path / "gpushare.yaml"
     policy_file.write_text(values["hub"]["extraFiles"]["gpushare-policy"]["stringData"])
     monkeypatch.setenv("GPUSHARE_POLICY", str(policy_file))
+    # No Kubernetes API server can run here: discovery reads Node objects that pass the
+    # published schema (see test_discovery.kube_node) instead of listing them from a cluster.
+    cluster = [kube_node(f"gpu-node-{i}", pool, 4)
+               for i, pool in enumerate(["train", "train", "interactive", "interactive", "debug"])]
+    seen: list[dict] = []
+
+    def fetch(options):  # type: ignore[no-untyped-def]
+        seen.append(dict(options))
+        return cluster
+
+    monkeypatch.setattr(discovery, "fetch_kubernetes_nodes", fetch)
     monkeypatch.setenv("GPUSHARE_DATA_DIR", str(tmp_path))
     assert values["hub"]["extraEnv"]["GPUSHARE_DATA_DIR"]
     c = Config()
@@ -98,6 +111,8 @@ async def test_z2jh_values_extra_config_loads_and_builds_a_valid_pod(tmp_path, m
     assert 10101 in ports
     policy = load_policy(str(policy_file))
     assert {p.slug for p in policy.profiles} >= {"debug-eighth", "train-1gpu"}
+    assert seen and seen[0]["pool_label"] == "gpushare.jupyter.org/pool"
+    assert len(policy.nodes_in("interactive")) == 2 and len(policy.nodes_in("train")) == 2
 
     # the configured spawner builds a valid pod for a grant
     from jupyter_gpushare.spawner.kube import KubeGPUShareSpawner
