@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
 
 from .core.model import GPU, Node
 from .policy import DiscoverySpec
 from .policy_units import parse_cpu_milli, parse_memory_mib
 
 POOL_LABEL = "gpushare.jupyter.org/pool"
+T = TypeVar("T")
 
 
 class DiscoveryError(RuntimeError):
@@ -157,7 +158,6 @@ def nodes_from_kubernetes(
 def fetch_kubernetes_nodes(options: Mapping[str, Any]) -> list[dict[str, Any]]:  # pragma: no cover
     """Read the cluster's nodes (in-cluster config, else ``KUBECONFIG``). Not run in tests:
     no Kubernetes API server can run on the project's machines."""
-    import asyncio
 
     from kubernetes_asyncio import client, config
 
@@ -173,17 +173,21 @@ def fetch_kubernetes_nodes(options: Mapping[str, Any]) -> list[dict[str, Any]]: 
             return [api.sanitize_for_serialization(n) for n in nodes.items]
 
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # no loop here (the broker's start): run one
-        runner = asyncio.run
-    else:  # inside the hub's loop (the spawner): run it on a thread of its own
-        from concurrent.futures import ThreadPoolExecutor
-
-        def runner(coro):  # type: ignore[no-untyped-def]
-            with ThreadPoolExecutor(1) as pool:
-                return pool.submit(asyncio.run, coro).result()
-
-    try:
-        return runner(read())
+        return _run_to_completion(read)
     except Exception as exc:
         raise DiscoveryError(f"could not list Kubernetes nodes: {exc}") from exc
+
+
+def _run_to_completion(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to its end from sync code, also when called inside a running loop
+    (the spawner runs in the hub's loop): then it gets a thread and a loop of its own."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()

@@ -92,3 +92,19 @@ def test_nvml_inventory_on_a_real_gpu(tmp_path: Path) -> None:
     policy = load_policy(path)
     gpus = policy.nodes_in("shared")[0].gpus
     assert gpus and all(g.uuid.startswith("GPU-") and g.memory_mib > 1000 for g in gpus)
+
+
+async def _answer() -> int:
+    return 42
+
+
+def test_run_to_completion_outside_a_loop() -> None:
+    from jupyter_gpushare.discovery import _run_to_completion
+
+    assert _run_to_completion(_answer) == 42
+
+
+async def test_run_to_completion_inside_the_hubs_running_loop() -> None:
+    from jupyter_gpushare.discovery import _run_to_completion
+
+    assert _run_to_completion(_answer) == 42  # asyncio.run alone would raise here

@@ -155,7 +155,8 @@ async def test_interrupt_stops_the_running_cell_with_an_error(
     text = await stderr_text(client, "GPU memory limit")
     assert f"{MESSAGE}; the kernel was interrupted" in text
     assert kernel_pid(km, kid) == pid  # same kernel, cell stopped
-    assert svc.events[-1]["action"] == "interrupt"
+    ev = await wait_until(lambda: svc.events and svc.events[-1], what="watchdog event")
+    assert ev["action"] == "interrupt"
 
 
 @pytest.mark.parametrize("action", ["shutdown"], indirect=True)
