@@ -107,6 +107,15 @@ class BrokerApp(Application):
         help="Write the hot paths (admission, release) through the DB-API driver directly "
         "(SQLite, PostgreSQL+psycopg2); False: SQLAlchemy Core for every write.",
     )
+    sqlite_checkpoint_interval_s = Float(
+        1.0,
+        config=True,
+        help="SQLite: seconds between WAL checkpoints, done by a background thread instead "
+        "of inside a commit on the event loop (0: SQLite's automatic checkpoints). The first "
+        "commit after each complete checkpoint syncs the WAL header (~4 ms on the loop), so "
+        "fewer checkpoints mean fewer slow commits; the WAL holds about 13 pages (52 KiB) per "
+        "admission in between.",
+    )
     gc_freeze = Bool(
         True,
         config=True,
@@ -186,6 +195,7 @@ class BrokerApp(Application):
             effects=self.runner,
             observer=self.metrics,
             raw_sql=self.raw_sql,
+            checkpoint_interval_s=self.sqlite_checkpoint_interval_s,
         )
         self.runner.broker = self.broker
         self.metrics.broker = self.broker

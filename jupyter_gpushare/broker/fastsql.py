@@ -8,10 +8,13 @@ transaction**, committed before it returns:
 
 * SQLite (``sqlite3``): ``BEGIN`` … ``COMMIT`` on a connection in autocommit mode, with the
   engine's pragmas (WAL, busy timeout, ``synchronous``). Automatic WAL checkpoints are moved
-  off the event loop to a background thread (``PRAGMA wal_checkpoint(PASSIVE)``); a
-  checkpoint only copies committed pages into the database file, so this changes nothing
-  about what a ``kill -9`` keeps.
-* PostgreSQL (``psycopg2``): the statements of one change travel as **one** simple query
+  off the event loop to a background thread (``PRAGMA wal_checkpoint(PASSIVE)``, once a
+  second by default: the first commit after a complete checkpoint restarts the WAL and syncs
+  its header, a ~4 ms stall, so checkpoints are kept rare); a checkpoint only copies
+  committed pages into the database file, so this changes nothing about what a ``kill -9``
+  keeps.
+* PostgreSQL (``psycopg2``): statements are prepared once per connection (``PREPARE``), and
+  the ``EXECUTE``s of one change travel as **one** simple query
   (``stmt; stmt; …``) on an autocommit connection, which PostgreSQL runs as a single implicit
   transaction and commits (with ``synchronous_commit`` as configured) before answering: one
   round trip per admission instead of three.
@@ -132,12 +135,20 @@ def supported(engine: Engine) -> bool:
 class FastWriter:
     """One dedicated driver connection for the broker's hot-path transactions."""
 
-    def __init__(self, engine: Engine, *, checkpoint_interval_s: float = 0.1) -> None:
+    def __init__(self, engine: Engine, *, checkpoint_interval_s: float = 1.0) -> None:
         if not supported(engine):
             raise ValueError(f"no fast path for {engine.dialect.name}+{engine.dialect.driver}")
         self.engine = engine
         self.sqlite = engine.dialect.name == "sqlite"
-        self.sql = dict(SQL) if self.sqlite else {k: v.replace("?", "%s") for k, v in SQL.items()}
+        if self.sqlite:
+            self.sql = dict(SQL)
+        else:
+            # server-side prepared statements (PREPARE once per connection, then EXECUTE):
+            # PostgreSQL skips parsing and planning on every admission
+            self.sql = {
+                k: f"EXECUTE gpushare_{k} ({', '.join(['%s'] * v.count('?'))})"
+                for k, v in SQL.items()
+            }
         self.checkpoint_interval_s = checkpoint_interval_s
         self._raw: Any = None  # SQLAlchemy's proxy (detached from the pool)
         self._conn: Any = None  # the driver connection
@@ -160,6 +171,11 @@ class FastWriter:
         else:
             conn.rollback()
             conn.autocommit = True  # a multi-statement query is then one implicit transaction
+            with conn.cursor() as cur:
+                for name, text in SQL.items():
+                    n = iter(range(1, 1000))
+                    numbered = "".join(f"${next(n)}" if ch == "?" else ch for ch in text)
+                    cur.execute(f"PREPARE gpushare_{name} AS {numbered}")
         self._raw, self._conn, self._cur = raw, conn, conn.cursor()
         return conn
 

@@ -180,12 +180,15 @@ class Broker:
         effects: Effects | None = None,
         observer: Observer | None = None,
         raw_sql: bool = True,
+        checkpoint_interval_s: float = 1.0,
     ) -> None:
         self.policy = policy
         self.engine = engine
         # hot-path writes through the driver (one transaction each); None: SQLAlchemy only
         self.fast: fastsql.FastWriter | None = (
-            fastsql.FastWriter(engine) if raw_sql and fastsql.supported(engine) else None
+            fastsql.FastWriter(engine, checkpoint_interval_s=checkpoint_interval_s)
+            if raw_sql and fastsql.supported(engine)
+            else None
         )
         self.clock = clock
         self.effects: Effects = effects or NoEffects()
