@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/broker.py [--seconds 10] [--clients 200] [--rate 500]
                                           [--whole-share 0.0] [--db sqlite,postgresql]
+                                          [--legacy-sql] [--nice -10] [--broker-arg=--X.y=z]
 
 For each database (SQLite file; PostgreSQL when its binaries are installed, started in a temp
 folder like the tests do) it
@@ -15,6 +16,13 @@ folder like the tests do) it
      ~10,000 and the broker serves two calls per admission);
    * *latency*: open loop, the 200 clients together offer ``--rate`` admissions per second;
      p50/p99 of the POST /requests latency seen by the client.
+
+It also prints the broker's CPU time per admission (all its threads, from /proc): on a
+machine shared with other work the latencies include time the broker's core spent on other
+processes, the CPU figure does not. To compare with the code before a change, run this
+script from a ``git worktree`` of the old commit (``cd old && PYTHONPATH=$PWD python
+/path/to/benchmarks/broker.py``: the broker subprocess imports from the working directory);
+``--legacy-sql`` runs today's broker with SQLAlchemy for every write.
 
 It prints figures; it asserts nothing. ``--whole-share`` makes that share of requests ask
 for a whole GPU in the exclusive pool (the core's whole-GPU placement scans every node).
