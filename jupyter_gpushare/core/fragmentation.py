@@ -16,6 +16,7 @@ stay valid between them. Everything is pure Python; nothing runs at import time.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import Counter
 from collections.abc import Sequence
 
@@ -108,11 +109,13 @@ class FragTable:
             return 0.0
         usable = 0.0
         n = len(gpus)
+        below = [0, *itertools.accumulate(gpus)]  # below[k]: free on the k smallest GPUs
+        find = bisect.bisect_left
         for milli, num, models, row in self._groups:
             p = row[level]
             if p == 0.0 or (models and model not in models):
                 continue
-            k = bisect.bisect_left(gpus, milli)
+            k = find(gpus, milli)
             if n - k >= num:  # hostable: only the GPUs smaller than the shape are lost
-                usable += p * (total - sum(gpus[:k]))
+                usable += p * (total - below[k])
         return total - usable

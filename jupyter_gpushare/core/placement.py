@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import weakref
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from .fragmentation import FragTable, Shape, Workload
@@ -325,8 +325,10 @@ class _PoolIndex:
             for k, free in enumerate(units):
                 if free < milli or (k and units[k - 1] == free):
                     continue
-                new = units[:k] + (free - milli,) + units[k + 1 :]
-                delta = table.frag(view.model, after_level, tuple(sorted(new))) - before
+                rest = free - milli
+                j = bisect_left(units, rest, 0, k)  # stays sorted: rest < free
+                new = units[:j] + (rest,) + units[j:k] + units[k + 1 :]
+                delta = table.frag(view.model, after_level, new) - before
                 if best is None or delta < best[0] - 1e-9:
                     best = (delta, free)
             assert best is not None
