@@ -219,3 +219,13 @@ def test_place_on_node_never_overfills_a_shared_gpu() -> None:
     for gs in ns.gpus:
         assert gs.gpu.memory_mib - gs.used_mib >= 0.2 * gs.gpu.memory_mib
     check_state(state)
+
+
+def test_eight_eighths_fit_an_h200_with_headroom() -> None:
+    from jupyter_gpushare.core.model import GPU, GPUAsk
+
+    h200 = GPU("GPU-x", "H200", 144384)
+    shareable = int(144384 * 0.8)
+    eighth = GPUAsk(fraction_milli=125)
+    assert 8 * eighth.memory_on(h200, shareable) <= shareable
+    assert 8 * eighth.compute_on() <= UNIT

@@ -172,7 +172,7 @@ class GPUAsk:
         if self.memory_mib is not None:
             return self.memory_mib
         base = gpu.memory_mib if shareable_mib is None else shareable_mib
-        return -(-base * self.fraction_milli // UNIT)  # ceiling
+        return base * self.fraction_milli // UNIT  # floor: n shares of 1/n always fit a card
 
     def compute_on(self) -> int:
         """Compute (milli of one GPU) this ask takes on one GPU."""
