@@ -62,6 +62,30 @@ _CLOSE_REQUEST = (
 )
 
 
+
+def request_row(
+    req: Request, status: str, reason: str, code: str, grant_id: str | None,
+    idempotency_key: str | None, now: float,
+) -> dict[str, Any]:
+    """The ``requests`` table row for ``req`` answered with ``status``."""
+    return dict(
+        id=req.id,
+        username=req.user,
+        server=req.holder,
+        team=req.team,
+        pool=req.pool,
+        kind=req.kind.value,
+        profile=req.profile,
+        status=status,
+        reason=reason,
+        code=code,
+        spec=request_to_spec(req),
+        grant_id=grant_id,
+        idempotency_key=idempotency_key,
+        created_at=now,
+        updated_at=now,
+    )
+
 class Effects(Protocol):
     """What the service asks the outside world to do (implemented in :mod:`.preempt`)."""
 
@@ -370,22 +394,9 @@ class Broker:
             victims = [self.state.grants[v] for v in decision.victims]
         if grant is not None:
             self.state.check(grant)
-        row = dict(
-            id=req.id,
-            username=req.user,
-            server=req.holder,
-            team=req.team,
-            pool=req.pool,
-            kind=req.kind.value,
-            profile=req.profile,
-            status=status,
-            reason=decision.reason,
-            code=decision.code,
-            spec=request_to_spec(req),
-            grant_id=grant.id if grant else None,
-            idempotency_key=idempotency_key,
-            created_at=now,
-            updated_at=now,
+        row = request_row(
+            req, status, decision.reason, decision.code, grant.id if grant else None,
+            idempotency_key, now,
         )
         marks = [
             (victim.id, req.id, decision.reason, now + victim.grace_period_s)
@@ -443,23 +454,7 @@ class Broker:
         with self.engine.begin() as conn:
             conn.execute(
                 requests_table.insert(),
-                dict(
-                    id=req.id,
-                    username=req.user,
-                    server=req.holder,
-                    team=req.team,
-                    pool=req.pool,
-                    kind=req.kind.value,
-                    profile=req.profile,
-                    status=status,
-                    reason=reason,
-                    code=code,
-                    spec=request_to_spec(req),
-                    grant_id=None,
-                    idempotency_key=idempotency_key,
-                    created_at=now,
-                    updated_at=now,
-                ),
+                request_row(req, status, reason, code, None, idempotency_key, now),
             )
         self.observer.admission(req.pool, status, code)
         return self._view_from_decision(
