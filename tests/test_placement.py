@@ -174,3 +174,78 @@ def test_target_workload_and_fragmentation() -> None:
     published = [w.observe((0, 0, 0, ())) for _ in range(8)]
     # targets are republished at doubling checkpoints: after 1, 2, 4 and 8 requests
     assert published == [True, True, False, True, False, False, False, True]
+
+
+def make_mixed_state(node_specs: list[tuple[int, str, int, int]]) -> ClusterState:
+    """The same nodes twice: once in an exclusive pool, once in a shared one."""
+    nodes = []
+    for pool in ("excl", "shared"):
+        for i, (gpus, model, cpu, ram) in enumerate(node_specs):
+            nodes.append(
+                Node(
+                    f"{pool}{i}",
+                    pool,
+                    tuple(GPU(f"{pool}{i}-g{k}", _model(model, k), 16000, k) for k in range(gpus)),
+                    cpu,
+                    ram,
+                )
+            )
+    policy = Policy(
+        tuple(nodes),
+        (Pool("excl", SharingMode.EXCLUSIVE), Pool("shared", SharingMode.SHARED, 0.2)),
+        (PriorityClass("p", 1, False),),
+        (Team("t", ("t",)),),
+    )
+    return ClusterState(policy)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(node_st, min_size=1, max_size=8),
+    st.lists(st.tuples(request_st, st.sampled_from(["excl", "shared"])), min_size=1, max_size=60),
+    st.data(),
+)
+def test_best_fit_index_answers_what_the_scan_would(
+    node_specs: list, reqs: list, data: st.DataObject
+) -> None:
+    """Whole GPUs (exclusive pool) and explicit-memory fractions (shared pool) go through
+    the best-fit index: it picks exactly the scan's node and GPUs, through grants,
+    releases and cordons, and never over-allocates."""
+    from dataclasses import replace
+
+    from jupyter_gpushare.core.placement import _best_fit, _best_fit_scan
+
+    state = make_mixed_state(node_specs)
+    for i, ((kind, amount, cpu, ram, models), pool) in enumerate(reqs):
+        if pool == "excl" and kind in ("fraction", "override"):
+            kind = "whole"
+            amount = 1
+        if pool == "shared" and kind != "override":
+            kind = "override"
+            amount = max(amount, 50)
+        request = replace(make_request(i, kind, amount, cpu, ram, models), pool=pool)
+        expected = _best_fit_scan(state, request)
+        got = _best_fit(state, request)
+        assert got == expected
+        got_place = place(state, request)
+        assert got_place == expected
+        if got is not None:
+            state.apply(grant_for(i, request, got))  # raises CapacityError on over-allocation
+        if state.grants and data.draw(st.booleans()):
+            state.release(data.draw(st.sampled_from(sorted(state.grants))))
+        if data.draw(st.integers(0, 9)) == 0:
+            name = data.draw(st.sampled_from(sorted(state.nodes)))
+            state.cordon(name, not state.nodes[name].cordoned)
+
+
+def test_place_can_leave_the_workload_alone() -> None:
+    from jupyter_gpushare.core.placement import _index
+
+    state = make_state([(2, "T4", 32000, 65536)], 0.0)
+    req = make_request(0, "fraction", 500, 1000, 1024, ())
+    place(state, req)
+    seen = _index(state).workload.version
+    for _ in range(5):
+        place(state, req, observe=False)
+    assert _index(state).workload.version == seen
+    assert sum(_index(state).workload.counts.values()) == 1

@@ -57,6 +57,7 @@ class AdmissionFacts:
     now: float = 0.0
     gpu_hours_used: Mapping[tuple[str, str], float] = field(default_factory=dict)
     waiting_within_guarantee: frozenset[tuple[str, str]] = frozenset()  # (team, pool)
+    retry: bool = False  # the request was decided before (queued): don't learn its shape again
 
 
 def _validate(state: ClusterState, request: Request) -> str | None:
@@ -177,7 +178,7 @@ def decide(
         f"in pool {pool.name}"
     )
     if used + ask <= guaranteed:
-        placement = place(state, request)
+        placement = place(state, request, observe=not facts.retry)
         if placement is not None:
             grant = _grant(request, placement, grant_id, False, priority, facts.now)
             return Decision(
@@ -222,7 +223,7 @@ def decide(
             "its guarantee",
             "reserved",
         )
-    placement = place(state, request)
+    placement = place(state, request, observe=not facts.retry)
     if placement is not None:
         grant = _grant(request, placement, grant_id, True, priority, facts.now)
         return Decision(

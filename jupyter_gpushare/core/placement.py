@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import weakref
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 from .fragmentation import FragTable, Shape, Workload
@@ -104,8 +104,12 @@ def _leftover(ns: NodeState, placement: Placement) -> tuple[int, int]:
     return (free_gpus, ns.free_cpu)
 
 
-def _best_fit(state: ClusterState, request: Request) -> Placement | None:
-    """Plain best fit over every node of the pool (exclusive/MIG pools, and a safety net)."""
+def _best_fit_scan(state: ClusterState, request: Request) -> Placement | None:
+    """Plain best fit over every node of the pool: the reference ``_best_fit`` must match.
+
+    The best node leaves the fewest idle GPUs, then the least free CPU; ties go to the
+    node listed first.
+    """
     best: tuple[tuple[int, int], Placement] | None = None
     for ns in state.by_pool.get(request.pool, ()):
         placement = place_on_node(ns, request)
@@ -115,6 +119,93 @@ def _best_fit(state: ClusterState, request: Request) -> Placement | None:
         if best is None or score < best[0]:
             best = (score, placement)
     return best[1] if best else None
+
+
+def _best_fit(state: ClusterState, request: Request, idx: _Index | None = None) -> Placement | None:
+    """Best fit (exclusive/MIG pools, fractions with explicit memory, and a safety net).
+
+    Answers exactly what :func:`_best_fit_scan` would, from a per-pool index of nodes in
+    score order (see :class:`_FitIndex`).
+    """
+    if idx is None:
+        idx = _index(state)
+    fit = idx.fit_index(state, request.pool)
+    if fit is None:
+        return None
+    return fit.best(request)
+
+
+class _FitIndex:
+    """The nodes of one pool in best-fit order, grouped by the GPU models they carry.
+
+    Each group keeps a sorted list of ``(idle GPUs, free CPU, position)``: the scan's
+    score (idle GPUs left, free CPU left, node order) shifted by a constant for a given
+    request, since every node takes the same number of GPUs from it. The best node is
+    then the first entry, in that order, that can host the request: per idle count
+    (from the fewest that can fit), bisect past the nodes short of CPU and check the
+    rest one by one (RAM, cordon, GPU models, a fraction's memory) until one fits.
+    """
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        self.nodes = nodes
+        self.pos: dict[str, int] = {ns.node.name: i for i, ns in enumerate(nodes)}
+        self.group_of: list[int] = []
+        self.groups: list[list[tuple[int, int, int]]] = []
+        self.group_models: list[frozenset[str]] = []
+        self.keys: list[tuple[int, int, int]] = []
+        self.max_gpus = 0
+        gid: dict[frozenset[str], int] = {}
+        for i, ns in enumerate(nodes):
+            models = ns.node.gpu_models
+            g = gid.get(models)
+            if g is None:
+                g = gid[models] = len(self.groups)
+                self.groups.append([])
+                self.group_models.append(models)
+            self.group_of.append(g)
+            key = (ns.idle_gpus, ns.free_cpu, i)
+            self.keys.append(key)
+            self.groups[g].append(key)
+            self.max_gpus = max(self.max_gpus, len(ns.gpus))
+        for group in self.groups:
+            group.sort()
+
+    def refresh(self, name: str) -> None:
+        i = self.pos[name]
+        ns = self.nodes[i]
+        key = (ns.idle_gpus, ns.free_cpu, i)
+        old = self.keys[i]
+        if key == old:
+            return
+        group = self.groups[self.group_of[i]]
+        del group[bisect_left(group, old)]
+        insort(group, key)
+        self.keys[i] = key
+
+    def best(self, request: Request) -> Placement | None:
+        ask = request.gpu
+        cpu = request.cpu_milli
+        models = request.gpu_models
+        groups = [
+            group
+            for group, have in zip(self.groups, self.group_models, strict=True)
+            if not models or ask.is_empty or not have.isdisjoint(models)
+        ]
+        nodes = self.nodes
+        for k in range(ask.whole, self.max_gpus + 1):
+            found: tuple[tuple[int, int, int], Placement] | None = None
+            for group in groups:
+                j = bisect_left(group, (k, cpu, -1))
+                for key in itertools.islice(group, j, None):
+                    if key[0] != k or (found is not None and key >= found[0]):
+                        break
+                    placement = place_on_node(nodes[key[2]], request)
+                    if placement is not None:
+                        found = (key, placement)
+                        break
+            if found is not None:
+                return found[1]
+        return None
 
 
 # -- gpushare packing -------------------------------------------------------------------
@@ -387,37 +478,87 @@ class _PoolIndex:
 
 
 class _Index:
-    """Packing indices of one :class:`ClusterState`, kept in step with its grants."""
+    """Placement indices of one :class:`ClusterState`, kept in step with its grants."""
 
     def __init__(self, state: ClusterState) -> None:
         self.policy = state.policy
         self.workload = Workload()
         self.pools: dict[str, _PoolIndex] = {}
+        self.fits: dict[str, _FitIndex] = {}
         self.node_pool: dict[str, str] = {}
         self.version = state.version
-        self.n_grants = len(state.grants)
+        self.known: dict[str, str] = {}
+        self.known_ids: set[str] = set()
+        self._learn_grants(state)
         self.target_version = self.workload.version
         for pool, nodes in state.by_pool.items():
-            self.pools[pool] = _PoolIndex(list(nodes), self.workload)
             for ns in nodes:
                 self.node_pool[ns.node.name] = pool
+            if nodes and nodes[0].pool.shares_gpus:
+                self.pools[pool] = _PoolIndex(list(nodes), self.workload)
+
+    def _learn_grants(self, state: ClusterState) -> None:
+        self.known = {gid: g.placement.node for gid, g in state.grants.items()}
+        self.known_ids = set(self.known)
+
+    def fit_index(self, state: ClusterState, pool: str) -> _FitIndex | None:
+        fit = self.fits.get(pool)
+        if fit is None:
+            nodes = state.by_pool.get(pool)
+            if not nodes:
+                return None
+            fit = self.fits[pool] = _FitIndex(list(nodes))
+        return fit
+
+    def _touched(self, state: ClusterState) -> set[str] | None:
+        """Names of the nodes changed since the last sync, or ``None`` when unsure.
+
+        Grants applied since are the last ones of ``state.grants`` (insertion order);
+        released ones are found in one pass over the known ids (in C) when the counts
+        say there are any. Every change bumps the version once, so when the grants found
+        do not account for every step (a cordon, a grant that came and went), the answer
+        is "unsure".
+        """
+        grants = state.grants
+        known, ids = self.known, self.known_ids
+        steps = state.version - self.version
+        added = len(grants) - len(known)
+        if added == steps:  # only applies: the commonest case, no pass over the ids
+            gone: set[str] = set()
+        else:
+            gone = ids.difference(grants)
+        came = list(itertools.islice(reversed(grants.items()), added + len(gone)))
+        if len(came) + len(gone) != steps:
+            return None
+        touched = set()
+        for gid in gone:
+            touched.add(known.pop(gid))
+        ids.difference_update(gone)
+        for gid, g in came:
+            if gid in ids:
+                return None
+            known[gid] = node = g.placement.node
+            ids.add(gid)
+            touched.add(node)
+        return touched
 
     def sync(self, state: ClusterState) -> None:
         """Refresh the nodes touched since the last call (all of them if unsure)."""
         if state.version == self.version:
             return
-        added = len(state.grants) - self.n_grants
-        if added > 0 and state.version - self.version == added:
-            touched = {
-                g.placement.node for g in itertools.islice(reversed(state.grants.values()), added)
-            }
-        else:
+        touched = self._touched(state)
+        if touched is None:
             touched = set(self.node_pool)
+            self._learn_grants(state)
         for name in touched:
-            pool = self.pools[self.node_pool[name]]
-            pool.refresh(pool.views[name])
+            pool = self.node_pool[name]
+            pidx = self.pools.get(pool)
+            if pidx is not None:
+                pidx.refresh(pidx.views[name])
+            fit = self.fits.get(pool)
+            if fit is not None:
+                fit.refresh(name)
         self.version = state.version
-        self.n_grants = len(state.grants)
 
     def observe(self, shape: Shape) -> None:
         """Learn the request's shape; re-target every pool when the workload republishes."""
@@ -470,15 +611,21 @@ def _overrides(ask: GPUAsk) -> bool:
     return ask.is_fraction and (ask.memory_mib is not None or ask.compute_milli is not None)
 
 
-def place(state: ClusterState, request: Request) -> Placement | None:
-    """Choose a node and GPU(s) for ``request`` in its pool, or ``None`` if nothing fits."""
+def place(state: ClusterState, request: Request, *, observe: bool = True) -> Placement | None:
+    """Choose a node and GPU(s) for ``request`` in its pool, or ``None`` if nothing fits.
+
+    ``observe=False`` leaves the learned target workload alone: for a request decided
+    again (a queued one retried), whose shape was already counted.
+    """
     pool = state.policy.pool(request.pool)
-    ask = request.gpu
-    if pool is None or not pool.shares_gpus or _overrides(ask):
-        return _best_fit(state, request)
+    if pool is None:
+        return None
     idx = _index(state)
+    if not pool.shares_gpus or _overrides(request.gpu):
+        return _best_fit(state, request, idx)
     shape = shape_of(request)
-    idx.observe(shape)
+    if observe:
+        idx.observe(shape)
     pidx = idx.pools.get(request.pool)
     if pidx is None:
         return None
@@ -487,5 +634,5 @@ def place(state: ClusterState, request: Request) -> Placement | None:
         return None
     placement = _materialise(cand, request)
     if placement is None:  # a limit the index does not model (explicit memory, say)
-        return _best_fit(state, request)
+        return _best_fit(state, request, idx)
     return placement
