@@ -266,6 +266,112 @@ def test_borrowed_server_is_reclaimed_for_the_owning_team(setup):
     stop(hub, "bob")
 
 
+class ProgressReader(threading.Thread):
+    """Reads JupyterHub's progress stream (SSE) of a pending spawn until 'ready' or 'failed'.
+
+    Retries while the spawn is not yet pending (the hub answers 400/404 then)."""
+
+    def __init__(self, hub, user: str, token: str, timeout: float = 60) -> None:
+        super().__init__(daemon=True)
+        self.url = f"{hub.api_url}/users/{user}/server/progress"
+        self.token, self.timeout = token, timeout
+        self.events: list[dict] = []
+        self.stamps: list[float] = []  # monotonic time each event arrived
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            req = urllib.request.Request(
+                self.url, headers={"Authorization": f"token {self.token}",
+                                   "Accept": "text/event-stream"})
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    for raw in resp:
+                        line = raw.decode().strip()
+                        if not line.startswith("data:"):
+                            continue  # keepalive blank lines
+                        event = json.loads(line[5:])
+                        self.events.append(event)
+                        self.stamps.append(time.monotonic())
+                        if event.get("ready") or event.get("failed"):
+                            return
+                if self.events:
+                    return
+            except urllib.error.HTTPError as exc:
+                self.errors.append(f"{exc.code}")  # not pending yet: ask again
+            except OSError as exc:
+                self.errors.append(repr(exc))
+            time.sleep(0.05)
+
+
+def test_waiting_spawn_shows_its_status_on_the_hub_progress_stream(setup):
+    """A spawn that must wait (reclaiming a borrowed share for the owning team) tells the
+    user why on JupyterHub's own progress stream: waiting with the broker's reason, then the
+    grant, then ready."""
+    hub = setup
+    # beta takes the whole interactive GPU, half of it borrowed from alpha
+    assert spawn(hub, "bob", "half")[0] in (201, 202)
+    assert spawn(hub, "bea", "half")[0] in (201, 202)
+    wait_ready(hub, "bob")
+    wait_ready(hub, "bea")
+    (victim,) = live_grants(hub, "bea")
+    assert victim["borrowed"]
+    reader = ProgressReader(hub, "amy", hub.token_for("amy"))  # the user's own token
+    result: list = []
+    caller = threading.Thread(target=lambda: result.append(spawn(hub, "amy", "half")))
+    t0 = time.monotonic()
+    caller.start()
+    reader.start()
+    # while the spawn waits, the broker's own view of the request: status and reason
+    pending: dict = {}
+    deadline = time.monotonic() + 60
+    while not pending and reader.is_alive() and time.monotonic() < deadline:
+        for e in list(reader.events):
+            rid = (e.get("gpushare") or {}).get("request_id")
+            if rid:
+                _, view = broker(hub, "GET", f"/requests/{rid}")
+                if view.get("status") in ("queued", "preempting"):
+                    pending = view
+                break
+        time.sleep(0.05)
+    reader.join(90)
+    caller.join(30)
+    events = reader.events
+    text = "\n".join(json.dumps(e) for e in events)
+    assert result and result[0][0] in (201, 202), result
+    assert events and events[-1].get("ready"), (text, reader.errors, hub.log_text()[-3000:])
+    assert pending, f"the request was never seen waiting at the broker:\n{text}"
+    messages = [e.get("message", "") for e in events]
+    waiting = [i for i, e in enumerate(events)
+               if (e.get("gpushare") or {}).get("status") in ("queued", "preempting")]
+    assert waiting, text
+    w = events[waiting[0]]
+    # the broker's status and reason, in words and as data, for the user to read
+    assert w["gpushare"]["status"] == pending["status"], (pending, text)
+    assert w["gpushare"]["request_id"] == pending["request_id"], (pending, text)
+    assert pending["reason"] and pending["reason"] in w["message"], (pending, text)
+    assert "Half GPU" in w["message"], text
+    if pending["status"] == "queued":
+        assert re.search(r"position \d+|waiting", w["message"]), text
+    else:  # reclaiming: the borrowers' grace period is what it waits for
+        assert re.search(r"reclaiming", w["message"], re.I), text
+        assert re.search(r"reclaiming 1 grant", pending["reason"]), pending
+        assert pending["victims"] == [victim["id"]], pending
+    granted = [i for i, m in enumerate(messages) if m.startswith("Granted ")]
+    assert granted and granted[0] > waiting[0], text
+    assert "0.5 GPU" in messages[granted[0]], text
+    assert len(events) - 1 > granted[0]  # 'ready' comes last, after the grant
+    # the wait is real: the grant came only after the victim's 3 s grace period
+    assert reader.stamps[granted[0]] - reader.stamps[waiting[0]] >= 2.0, text
+    assert reader.stamps[granted[0]] - t0 >= 2.5, text
+    wait_stopped(hub, "bea")
+    (amy,) = live_grants(hub, "amy")
+    assert amy["team"] == "alpha" and not amy["borrowed"]
+    stop(hub, "amy")
+    stop(hub, "bob")
+
+
 def test_hub_restart_keeps_servers_and_grants_consistent(setup, monkeypatch):
     hub = setup
     assert spawn(hub, "alice", "debug-eighth")[0] in (201, 202)
