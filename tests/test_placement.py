@@ -208,18 +208,15 @@ def make_mixed_state(node_specs: list[tuple[int, str, int, int]]) -> ClusterStat
 def test_best_fit_index_answers_what_the_scan_would(
     node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
-    """Whole GPUs (exclusive pool) and explicit-memory fractions (shared pool) go through
-    the best-fit index: it picks exactly the scan's node and GPUs, through grants,
-    releases and cordons, and never over-allocates."""
+    """Exclusive pools (any ask is whole GPUs there) and explicit-memory fractions (shared
+    pool) go through the best-fit index: it picks exactly the scan's node and GPUs, through
+    grants, releases and cordons, and never over-allocates."""
     from dataclasses import replace
 
     from jupyter_gpushare.core.placement import _best_fit, _best_fit_scan
 
     state = make_mixed_state(node_specs)
     for i, ((kind, amount, cpu, ram, models), pool) in enumerate(reqs):
-        if pool == "excl" and kind in ("fraction", "override"):
-            kind = "whole"
-            amount = 1
         if pool == "shared" and kind != "override":
             kind = "override"
             amount = max(amount, 50)

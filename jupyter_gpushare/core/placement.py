@@ -153,7 +153,12 @@ class _FitIndex:
         self.groups: list[list[tuple[int, int, int]]] = []
         self.group_models: list[frozenset[str]] = []
         self.keys: list[tuple[int, int, int]] = []
+        self.room: list[tuple[int, int]] = []  # per node: most free MiB, compute on one GPU
         self.max_gpus = 0
+        self.exclusive = bool(nodes) and nodes[0].pool.mode in (
+            SharingMode.EXCLUSIVE,
+            SharingMode.MIG,
+        )
         gid: dict[frozenset[str], int] = {}
         for i, ns in enumerate(nodes):
             models = ns.node.gpu_models
@@ -165,6 +170,7 @@ class _FitIndex:
             self.group_of.append(g)
             key = (ns.idle_gpus, ns.free_cpu, i)
             self.keys.append(key)
+            self.room.append(_room(ns))
             self.groups[g].append(key)
             self.max_gpus = max(self.max_gpus, len(ns.gpus))
         for group in self.groups:
@@ -173,6 +179,7 @@ class _FitIndex:
     def refresh(self, name: str) -> None:
         i = self.pos[name]
         ns = self.nodes[i]
+        self.room[i] = _room(ns)
         key = (ns.idle_gpus, ns.free_cpu, i)
         old = self.keys[i]
         if key == old:
@@ -191,7 +198,12 @@ class _FitIndex:
             for group, have in zip(self.groups, self.group_models, strict=True)
             if not models or ask.is_empty or not have.isdisjoint(models)
         ]
-        nodes = self.nodes
+        nodes, room = self.nodes, self.room
+        mem = request.memory_mib
+        # a fraction needs one GPU with this much room (exact for explicit memory)
+        fraction = ask.is_fraction and not self.exclusive
+        need_mib = (ask.memory_mib or 0) if fraction else 0
+        need_compute = ask.compute_on() if fraction else 0
         for k in range(ask.whole, self.max_gpus + 1):
             found: tuple[tuple[int, int, int], Placement] | None = None
             for group in groups:
@@ -199,13 +211,29 @@ class _FitIndex:
                 for key in itertools.islice(group, j, None):
                     if key[0] != k or (found is not None and key >= found[0]):
                         break
-                    placement = place_on_node(nodes[key[2]], request)
+                    ns = nodes[key[2]]
+                    if ns.cordoned or ns.free_mem < mem:
+                        continue
+                    most_mib, most_compute = room[key[2]]
+                    if most_mib < need_mib or most_compute < need_compute:
+                        continue
+                    placement = place_on_node(ns, request)
                     if placement is not None:
                         found = (key, placement)
                         break
             if found is not None:
                 return found[1]
         return None
+
+
+def _room(ns: NodeState) -> tuple[int, int]:
+    """The most free memory and the most free compute on one shareable GPU of a node."""
+    mib = compute = 0
+    for g in ns.gpus:
+        if not g.whole:
+            mib = max(mib, g.free_mib)
+            compute = max(compute, g.free_compute)
+    return mib, compute
 
 
 # -- gpushare packing -------------------------------------------------------------------
