@@ -88,6 +88,19 @@ class FragTable:
             for lv in range(bisect.bisect_left(self.cpu_levels, cpu) + 1, len(row)):
                 row[lv] += p
         self._groups = [(milli, num, models, row) for (milli, num, models), row in groups.items()]
+        self._classes: dict[str, str] = {}
+
+    def model_class(self, model: str) -> str:
+        """A name shared by every GPU model that the target's shapes treat alike.
+
+        Only shapes that name models tell models apart, so models outside every such list
+        (or inside the same ones) have the same fragmentation: memos key on the class.
+        """
+        cls = self._classes.get(model)
+        if cls is None:
+            shut = [str(i) for i, g in enumerate(self._groups) if g[2] and model not in g[2]]
+            cls = self._classes[model] = "~" + ",".join(shut)
+        return cls
 
     def level(self, cpu_free: int) -> int:
         """How many distinct shape CPU demands ``cpu_free`` covers."""
@@ -95,7 +108,8 @@ class FragTable:
 
     def frag(self, model: str, level: int, gpus_sorted: tuple[int, ...]) -> float:
         """Fragmented milli-units of a node (``gpus_sorted``: free milli per GPU, ascending)."""
-        key = (model, level, gpus_sorted)
+        cls = self._classes.get(model) or self.model_class(model)
+        key = (cls, level, gpus_sorted)
         val = self._memo.get(key)
         if val is None:
             val = self._compute(model, level, gpus_sorted)

@@ -313,6 +313,8 @@ class _PoolIndex:
         self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
         self.bucket_of: dict[int, int] = {}
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
+        # the same gradients per (milli, count), keyed by signature * stride + CPU level
+        self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
@@ -334,6 +336,7 @@ class _PoolIndex:
         """A new target workload: drop memos and recompute every node's fragmentation."""
         self.table = FragTable(self.workload.shapes)
         self._memo.clear()
+        self._by_shape.clear()
         self._sigs.clear()
         for view in self.by_pos:
             self._describe(view)
@@ -344,7 +347,7 @@ class _PoolIndex:
         """Level, fragmentation and signature of a node under the current target."""
         view.level = self.table.level(view.ns.free_cpu)
         view.frag = self.table.frag(view.model, view.level, view.sorted_units)
-        sig_key = (view.model, view.level, view.sorted_units)
+        sig_key = (self.table.model_class(view.model), view.level, view.sorted_units)
         sig = self._sigs.get(sig_key)
         if sig is None:
             sig = self._sigs[sig_key] = len(self._sigs)
@@ -473,12 +476,17 @@ class _PoolIndex:
         cpu, milli, num, models = shape
         mem = request.memory_mib
         levels = self.table.cpu_levels
+        stride = len(levels) + 1
+        memo = self._by_shape.get((milli, num))
+        if memo is None:
+            memo = self._by_shape[(milli, num)] = {}
         gradient = self._gradient
-        memo = self._memo
         weight = STARVATION_WEIGHT
         step = GRADIENT_STEP
         demand = milli * num
-        best_rank: tuple[int, int] | None = None
+        n = len(self.by_pos)
+        # rank and position folded into one number: (delta // step) * n + position
+        best_rank = float("inf")
         best_view: _NodeView | None = None
         best_take: tuple[int, ...] = ()
         rows = self._rows_for(cpu, mem, milli)
@@ -492,17 +500,20 @@ class _PoolIndex:
                 if models and model not in models and "|" not in model:
                     continue  # (a node of mixed models is checked GPU by GPU later)
             after = bisect_right(levels, cpu_left)
-            hit = memo.get((sig, after, milli, num))
-            delta, take = hit if hit is not None else gradient(view, after, milli, num)
+            key = sig * stride + after
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = gradient(view, after, milli, num)
+            delta = hit[0]
             starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
             if starved > 0.0:
                 delta += weight * starved
-            rank = (int(delta // step), pos)
-            if best_rank is None or rank < best_rank:
-                best_rank, best_view, best_take = rank, view, take
-        if best_view is None or best_rank is None:
+            rank = (delta // step) * n + pos
+            if rank < best_rank:
+                best_rank, best_view, best_take = rank, view, hit[1]
+        if best_view is None:
             return None
-        return _Candidate(best_rank, best_view, best_take)
+        return _Candidate((int(best_rank // n), best_view.pos), best_view, best_take)
 
 
 class _Index:
