@@ -246,3 +246,46 @@ def test_place_can_leave_the_workload_alone() -> None:
         place(state, req, observe=False)
     assert _index(state).workload.version == seen
     assert sum(_index(state).workload.counts.values()) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(node_st, min_size=3, max_size=12),
+    st.lists(request_st, min_size=1, max_size=80),
+    st.data(),
+)
+def test_shape_short_lists_answer_what_the_full_scan_would(
+    node_specs: list, reqs: list, data: st.DataObject
+) -> None:
+    """A repeated shape is answered from its cached short list plus the nodes changed
+    since; that answer is exactly the full scan's (here with lists of 1, so they run out)."""
+    import jupyter_gpushare.core.placement as placement_mod
+
+    short = placement_mod._SHORT_LIST
+    placement_mod._SHORT_LIST = 1
+    try:
+        cached = make_state(node_specs, 0.0)
+        plain = make_state(node_specs, 0.0)
+        # a few shapes, repeated: that is what the cache is for
+        pool = data.draw(st.lists(st.sampled_from(reqs), min_size=1, max_size=4))
+        for i in range(len(reqs)):
+            kind, amount, cpu, ram, models = data.draw(st.sampled_from(pool))
+            request = make_request(i, kind, amount, cpu, ram, models)
+            for pidx in placement_mod._index(plain).pools.values():
+                pidx._cache.clear()
+            got, want = place(cached, request), place(plain, request)
+            assert got == want
+            if got is not None:
+                cached.apply(grant_for(i, request, got))
+                plain.apply(grant_for(i, request, got))
+            if cached.grants and data.draw(st.integers(0, 3)) == 0:
+                gid = data.draw(st.sampled_from(sorted(cached.grants)))
+                cached.release(gid)
+                plain.release(gid)
+            if data.draw(st.integers(0, 19)) == 0:
+                name = data.draw(st.sampled_from(sorted(cached.nodes)))
+                flag = not cached.nodes[name].cordoned
+                cached.cordon(name, flag)
+                plain.cordon(name, flag)
+    finally:
+        placement_mod._SHORT_LIST = short

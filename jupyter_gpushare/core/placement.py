@@ -313,6 +313,8 @@ class _PoolIndex:
         self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
         self.bucket_of: dict[int, int] = {}
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
+        self.log: list[int] = []  # positions of the nodes refreshed, in order
+        self._cache: dict[tuple, _Cached] = {}
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
         self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
@@ -337,6 +339,7 @@ class _PoolIndex:
         self.table = FragTable(self.workload.shapes)
         self._memo.clear()
         self._by_shape.clear()
+        self._cache.clear()
         self._sigs.clear()
         for view in self.by_pos:
             self._describe(view)
@@ -356,6 +359,10 @@ class _PoolIndex:
     def refresh(self, view: _NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
         ns = view.ns
+        if len(self.log) >= _LOG_LIMIT:
+            self.log.clear()
+            self._cache.clear()
+        self.log.append(view.pos)
         view.units = [gpu_free_units(g) for g in ns.gpus]
         view.sorted_units = tuple(sorted(view.units))
         view.total = sum(view.units)
@@ -472,9 +479,89 @@ class _PoolIndex:
         A candidate's rank is its fragmentation increase plus ``STARVATION_WEIGHT`` times
         the amount by which its GPU share left would exceed its CPU share left, in steps
         of ``GRADIENT_STEP``; ties go to the node listed first.
+
+        GPU requests of a shape seen before start from that shape's cached short list
+        (:class:`_Cached`): only the nodes changed since and the untouched heads of each
+        kind are scored again; the answer is exact (the full scan's), and the full scan
+        runs when the short list cannot prove it.
         """
         cpu, milli, num, models = shape
         mem = request.memory_mib
+        if milli == 0:
+            found = self._scan(self._rows_for(cpu, mem, milli), shape, mem, None)
+            return self._candidate(found[0] if found else None)
+        cached = self._cache.get(shape)
+        if cached is not None:
+            hit = self._from_cache(cached, shape, mem)
+            if hit is not _MISS:
+                return self._candidate(hit)  # type: ignore[arg-type]
+        rows = self._rows_for(cpu, mem, milli)
+        scored: list[_Scored] = []
+        found = self._scan(rows, shape, mem, scored)
+        if len(scored) > _SHORT_LIST:
+            short = heapq.nsmallest(_SHORT_LIST + 1, scored)
+            bound = short[-1][0]
+            short.pop()
+        else:
+            short, bound = sorted(scored), float("inf")
+        if len(self._cache) >= _CACHE_SHAPES:
+            self._cache.clear()
+        self._cache[shape] = _Cached(len(self.log), bound, short)
+        return self._candidate(found[0] if found else None)
+
+    def _candidate(self, hit: _Scored | None) -> _Candidate | None:
+        if hit is None:
+            return None
+        rank, _, view, take = hit
+        n = len(self.by_pos)
+        return _Candidate((int(rank // n), view.pos), view, take)
+
+    def _from_cache(self, cached: _Cached, shape: Shape, mem: int) -> _Scored | None | object:
+        """The best node from a shape's short list and the nodes changed since it was made.
+
+        Invariant of a short list: every eligible node with a rank below ``bound`` is on
+        it, as of ``stamp`` (the log length then). Nodes unchanged since keep their rank;
+        changed ones and the heads of untouched kinds (a new head may take over without
+        changing itself) are scored again. Returns ``_MISS`` when the list proves nothing.
+        """
+        log = self.log
+        if cached.stamp > len(log) or len(log) - cached.stamp > _SHORT_LIST * 8:
+            return _MISS
+        changed = set(log[cached.stamp :])
+        heads = self._kind_heads()
+        fresh = changed.union(h.pos for h in heads)
+        low = min(shape[1], UNIT) // _BUCKET
+        bucket_of, buckets = self.bucket_of, self.buckets
+        rows = [self._row(h) for h in heads]
+        for pos in changed:
+            b = bucket_of.get(pos)
+            if b is not None and b >= low:
+                rows.append(buckets[b][pos])
+        merged: list[_Scored] = [
+            e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
+        ]
+        self._scan(rows, shape, mem, merged)
+        merged.sort()
+        bound = cached.bound
+        while merged and merged[-1][0] >= bound:
+            merged.pop()
+        if len(merged) > _SHORT_LIST:
+            bound = merged[_SHORT_LIST][0]
+            del merged[_SHORT_LIST:]
+        cached.stamp, cached.bound, cached.short = len(log), bound, merged
+        for e in merged:
+            if e[1] >= mem:
+                return e
+        return _MISS
+
+    def _scan(
+        self, rows: list[_Row], shape: Shape, mem: int, scored: list[_Scored] | None
+    ) -> list[_Scored]:
+        """Rank ``rows``; returns [the best one with room for ``mem``] or [].
+
+        With ``scored``, every row that fits all but RAM is appended to it, ranked.
+        """
+        cpu, milli, num, models = shape
         levels = self.table.cpu_levels
         stride = len(levels) + 1
         memo = self._by_shape.get((milli, num))
@@ -487,12 +574,11 @@ class _PoolIndex:
         n = len(self.by_pos)
         # rank and position folded into one number: (delta // step) * n + position
         best_rank = float("inf")
-        best_view: _NodeView | None = None
-        best_take: tuple[int, ...] = ()
-        rows = self._rows_for(cpu, mem, milli)
+        best: _Scored | None = None
+        keep = scored is not None
         for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
             cpu_left = free_cpu - cpu
-            if cpu_left < 0 or free_mem < mem:
+            if cpu_left < 0 or (free_mem < mem and not keep):
                 continue
             if num:
                 if len(units) < num or units[-num] < milli:
@@ -509,11 +595,38 @@ class _PoolIndex:
             if starved > 0.0:
                 delta += weight * starved
             rank = (delta // step) * n + pos
-            if rank < best_rank:
-                best_rank, best_view, best_take = rank, view, hit[1]
-        if best_view is None:
-            return None
-        return _Candidate((int(best_rank // n), best_view.pos), best_view, best_take)
+            if keep:
+                entry = (rank, free_mem, view, hit[1])
+                scored.append(entry)  # type: ignore[union-attr]
+                if rank < best_rank and free_mem >= mem:
+                    best_rank, best = rank, entry
+            elif rank < best_rank:
+                best_rank, best = rank, (rank, free_mem, view, hit[1])
+        return [best] if best is not None else []
+
+
+_Scored = tuple[float, int, _NodeView, tuple[int, ...]]
+"""(rank, free RAM, view, free-unit values to take) of one scored node."""
+
+_SHORT_LIST = 24
+"""Nodes kept per cached shape."""
+
+_CACHE_SHAPES = 512
+"""Shapes cached per pool (all are dropped when more arrive)."""
+
+_LOG_LIMIT = 1 << 20
+"""Refreshes logged before the log (and every cache keyed on it) is dropped."""
+
+_MISS = object()
+
+
+@dataclass
+class _Cached:
+    """A shape's short list: its best nodes as of ``stamp``, all those ranked below ``bound``."""
+
+    stamp: int
+    bound: float
+    short: list[_Scored]
 
 
 class _Index:
