@@ -38,7 +38,7 @@ from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, GPUAsk, GPUSlice, Placement, Request, SharingMode
 from .state import ClusterState, GPUState, NodeState
 
-GRADIENT_STEP = 80.0
+GRADIENT_STEP = 120.0
 """Milli-units of fragmentation increase treated as equal when ranking nodes."""
 
 STARVATION_WEIGHT = 2000.0
@@ -315,6 +315,9 @@ class _PoolIndex:
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
         self.log: list[int] = []  # positions of the nodes refreshed, in order
         self._cache: dict[tuple, _Cached] = {}
+        gpus = sum(len(ns.gpus) for ns in nodes)
+        self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
+        self.weight = STARVATION_WEIGHT
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
         self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
@@ -337,6 +340,7 @@ class _PoolIndex:
     def retarget(self) -> None:
         """A new target workload: drop memos and recompute every node's fragmentation."""
         self.table = FragTable(self.workload.shapes)
+        self.weight = STARVATION_WEIGHT * _starvation_scale(self.workload, self.cpu_per_gpu)
         self._memo.clear()
         self._by_shape.clear()
         self._cache.clear()
@@ -568,7 +572,7 @@ class _PoolIndex:
         if memo is None:
             memo = self._by_shape[(milli, num)] = {}
         gradient = self._gradient
-        weight = STARVATION_WEIGHT
+        weight = self.weight
         step = GRADIENT_STEP
         demand = milli * num
         n = len(self.by_pos)
@@ -604,6 +608,29 @@ class _PoolIndex:
                 best_rank, best = rank, (rank, free_mem, view, hit[1])
         return [best] if best is not None else []
 
+
+def _starvation_scale(workload: Workload, cpu_per_gpu: float) -> float:
+    """How much of ``STARVATION_WEIGHT`` applies under the learned workload.
+
+    The penalty keeps a node's CPU share left at least its GPU share left, so that its
+    GPUs stay hostable. That is only possible while the workload asks for no more CPU
+    per GPU than the pool supplies; once CPU is the scarce resource everywhere, every
+    node ends short of CPU whatever the choice, and the penalty only steers shapes away
+    from where they pack best. It fades out between ``STARVATION_FADE`` (ratio of
+    demanded to supplied CPU per GPU) and that plus 0.2.
+    """
+    cpu = gpu = 0.0
+    for (c, milli, num, _), count in workload.counts.items():
+        cpu += c * count
+        gpu += milli * num * count / UNIT
+    if not gpu or not cpu_per_gpu:
+        return 1.0
+    ratio = cpu / gpu / cpu_per_gpu
+    return min(1.0, max(0.0, (STARVATION_FADE + 0.2 - ratio) / 0.2))
+
+
+STARVATION_FADE = 1.0
+"""Demanded over supplied CPU per GPU above which the starvation penalty fades out."""
 
 _Scored = tuple[float, int, _NodeView, tuple[int, ...]]
 """(rank, free RAM, view, free-unit values to take) of one scored node."""
