@@ -268,7 +268,7 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
         plain = make_state(node_specs, 0.0)
         # a few shapes, repeated: that is what the cache is for
         pool = data.draw(st.lists(st.sampled_from(reqs), min_size=1, max_size=4))
-        for i in range(len(reqs)):
+        for i in range(60):
             kind, amount, cpu, ram, models = data.draw(st.sampled_from(pool))
             request = make_request(i, kind, amount, cpu, ram, models)
             for pidx in placement_mod._index(plain).pools.values():

@@ -495,11 +495,19 @@ class _PoolIndex:
             found = self._scan(self._rows_for(cpu, mem, milli), shape, mem, None)
             return self._candidate(found[0] if found else None)
         cached = self._cache.get(shape)
-        if cached is not None:
+        stamp = len(self.log)
+        recent = cached is not None and 0 <= stamp - cached.stamp <= _WINDOW
+        if len(self._cache) >= _CACHE_SHAPES and cached is None:
+            self._cache.clear()
+        if recent and cached is not None and cached.short is not None:
             hit = self._from_cache(cached, shape, mem)
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
         rows = self._rows_for(cpu, mem, milli)
+        if not recent:  # a shape not seen lately: plain scan, and note it was seen
+            found = self._scan(rows, shape, mem, None)
+            self._cache[shape] = _Cached(stamp, float("inf"), None)
+            return self._candidate(found[0] if found else None)
         scored: list[_Scored] = []
         found = self._scan(rows, shape, mem, scored)
         if len(scored) > _SHORT_LIST:
@@ -508,9 +516,7 @@ class _PoolIndex:
             short.pop()
         else:
             short, bound = sorted(scored), float("inf")
-        if len(self._cache) >= _CACHE_SHAPES:
-            self._cache.clear()
-        self._cache[shape] = _Cached(len(self.log), bound, short)
+        self._cache[shape] = _Cached(stamp, bound, short)
         return self._candidate(found[0] if found else None)
 
     def _candidate(self, hit: _Scored | None) -> _Candidate | None:
@@ -529,7 +535,7 @@ class _PoolIndex:
         changing itself) are scored again. Returns ``_MISS`` when the list proves nothing.
         """
         log = self.log
-        if cached.stamp > len(log) or len(log) - cached.stamp > _SHORT_LIST * 8:
+        if cached.stamp > len(log) or len(log) - cached.stamp > _WINDOW:
             return _MISS
         changed = set(log[cached.stamp :])
         heads = self._kind_heads()
@@ -542,7 +548,7 @@ class _PoolIndex:
             if b is not None and b >= low:
                 rows.append(buckets[b][pos])
         merged: list[_Scored] = [
-            e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
+            e for e in cached.short or () if e[2].pos not in fresh and not e[2].pristine
         ]
         self._scan(rows, shape, mem, merged)
         merged.sort()
@@ -638,6 +644,9 @@ _Scored = tuple[float, int, _NodeView, tuple[int, ...]]
 _SHORT_LIST = 24
 """Nodes kept per cached shape."""
 
+_WINDOW = 192
+"""Node changes after which a shape's short list is dropped (rescoring would cost more)."""
+
 _CACHE_SHAPES = 512
 """Shapes cached per pool (all are dropped when more arrive)."""
 
@@ -653,7 +662,7 @@ class _Cached:
 
     stamp: int
     bound: float
-    short: list[_Scored]
+    short: list[_Scored] | None  # None: the shape was seen at ``stamp``, no list made
 
 
 class _Index:
