@@ -23,7 +23,17 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 * fractions with explicit memory or compute (not proportional to the fraction) are
   placed by plain best fit, which checks them exactly.
 
-Exclusive and MIG pools keep plain best fit (whole devices, nothing to fragment).
+* a shape seen again lately is answered from its short list (its best nodes last time,
+  and a bound below which the list is complete) plus the nodes changed since; the
+  answer is the full scan's, and the full scan runs when the list cannot prove it;
+* the CPU penalty fades out when the learned workload asks for more CPU per GPU than
+  the pool supplies (then no choice keeps CPU ahead of GPU, see ``_starvation_scale``).
+
+Exclusive and MIG pools keep plain best fit (whole devices, nothing to fragment), from an
+index of each pool's nodes in best-fit order (:class:`_FitIndex`) that answers exactly
+what the scan of every node would. Every index follows the state's grants by version:
+applies are read off the end of ``state.grants``, releases found in one pass over the
+known grant ids, and anything else (a cordon) refreshes every node.
 """
 
 from __future__ import annotations
