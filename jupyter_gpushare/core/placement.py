@@ -31,9 +31,9 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 
 Exclusive and MIG pools keep plain best fit (whole devices, nothing to fragment), from an
 index of each pool's nodes in best-fit order (:class:`_FitIndex`) that answers exactly
-what the scan of every node would. Every index follows the state's grants by version:
-applies are read off the end of ``state.grants``, releases found in one pass over the
-known grant ids, and anything else (a cordon) refreshes every node.
+what the scan of every node would. Every index follows the state by version: it
+refreshes the nodes the state's change log names since its last look (every node when it
+fell too far behind).
 """
 
 from __future__ import annotations
@@ -685,19 +685,12 @@ class _Index:
         self.fits: dict[str, _FitIndex] = {}
         self.node_pool: dict[str, str] = {}
         self.version = state.version
-        self.known: dict[str, str] = {}
-        self.known_ids: set[str] = set()
-        self._learn_grants(state)
         self.target_version = self.workload.version
         for pool, nodes in state.by_pool.items():
             for ns in nodes:
                 self.node_pool[ns.node.name] = pool
             if nodes and nodes[0].pool.shares_gpus:
                 self.pools[pool] = _PoolIndex(list(nodes), self.workload)
-
-    def _learn_grants(self, state: ClusterState) -> None:
-        self.known = {gid: g.placement.node for gid, g in state.grants.items()}
-        self.known_ids = set(self.known)
 
     def fit_index(self, state: ClusterState, pool: str) -> _FitIndex | None:
         fit = self.fits.get(pool)
@@ -708,46 +701,13 @@ class _Index:
             fit = self.fits[pool] = _FitIndex(list(nodes))
         return fit
 
-    def _touched(self, state: ClusterState) -> set[str] | None:
-        """Names of the nodes changed since the last sync, or ``None`` when unsure.
-
-        Grants applied since are the last ones of ``state.grants`` (insertion order);
-        released ones are found in one pass over the known ids (in C) when the counts
-        say there are any. Every change bumps the version once, so when the grants found
-        do not account for every step (a cordon, a grant that came and went), the answer
-        is "unsure".
-        """
-        grants = state.grants
-        known, ids = self.known, self.known_ids
-        steps = state.version - self.version
-        added = len(grants) - len(known)
-        if added == steps:  # only applies: the commonest case, no pass over the ids
-            gone: set[str] = set()
-        else:
-            gone = ids.difference(grants)
-        came = list(itertools.islice(reversed(grants.items()), added + len(gone)))
-        if len(came) + len(gone) != steps:
-            return None
-        touched = set()
-        for gid in gone:
-            touched.add(known.pop(gid))
-        ids.difference_update(gone)
-        for gid, g in came:
-            if gid in ids:
-                return None
-            known[gid] = node = g.placement.node
-            ids.add(gid)
-            touched.add(node)
-        return touched
-
     def sync(self, state: ClusterState) -> None:
         """Refresh the nodes touched since the last call (all of them if unsure)."""
         if state.version == self.version:
             return
-        touched = self._touched(state)
+        touched = state.changed_since(self.version)
         if touched is None:
             touched = set(self.node_pool)
-            self._learn_grants(state)
         for name in touched:
             pool = self.node_pool[name]
             pidx = self.pools.get(pool)

@@ -91,6 +91,8 @@ class ClusterState:
         self.user_usage: dict[tuple[str, str], int] = defaultdict(int)  # (user, pool) -> milli
         self.preempting: dict[str, str] = {}  # victim grant id -> request id it makes room for
         self.version = 0  # bumped on every change; placement indices key on it
+        self._log: list[str] = []  # node changed by each version step, oldest first
+        self._log_base = 0  # the version before self._log[0]
         for grant in grants:
             self.apply(grant)
 
@@ -136,7 +138,7 @@ class ClusterState:
             self.borrowed[key] += grant.units_milli
         self.user_usage[(grant.user, grant.pool)] += grant.units_milli
         self.grants[grant.id] = grant
-        self.version += 1
+        self._changed(grant.placement.node)
 
     def release(self, grant_id: str) -> Grant:
         """Forget a grant and return it; raises ``KeyError`` if unknown."""
@@ -158,13 +160,29 @@ class ClusterState:
             self.borrowed[key] -= grant.units_milli
         self.user_usage[(grant.user, grant.pool)] -= grant.units_milli
         self.preempting.pop(grant_id, None)
-        self.version += 1
+        self._changed(grant.placement.node)
         return grant
 
     def cordon(self, node: str, cordoned: bool = True) -> None:
         """Stop (or resume) placing new grants on ``node``; live grants stay."""
         self.nodes[node].cordoned = cordoned
+        self._changed(node)
+
+    LOG_LIMIT = 8192
+
+    def _changed(self, node: str) -> None:
         self.version += 1
+        self._log.append(node)
+        if len(self._log) > self.LOG_LIMIT:  # keep the newest half
+            drop = len(self._log) // 2
+            del self._log[:drop]
+            self._log_base += drop
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """Names of the nodes changed after ``version``, or ``None`` if that is too long ago."""
+        if version < self._log_base or version > self.version:
+            return None
+        return set(self._log[version - self._log_base :])
 
     # -- views --------------------------------------------------------------------------
 
