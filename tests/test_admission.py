@@ -157,3 +157,16 @@ def test_unknown_references_are_refused_as_invalid() -> None:
     assert "unknown team" in decide(state, request("zz", "train", whole=1), "g").reason
     bad = request("a", "train", whole=1, priority="urgent")
     assert "unknown priority class" in decide(state, bad, "g").reason
+
+
+def test_a_retried_decision_does_not_teach_placement_the_shape_again() -> None:
+    from jupyter_gpushare.core.placement import _index
+
+    state = ClusterState(policy({"a": {"shared": (4, 0)}}, {"shared": SharingMode.SHARED}))
+    req = request("a", "shared", fraction=0.25)
+    decide(state, req, "g1")
+    seen = _index(state).workload.seen
+    decide(state, req, "g1", AdmissionFacts(retry=True))
+    assert _index(state).workload.seen == seen
+    decide(state, req, "g1")
+    assert _index(state).workload.seen == seen + 1

@@ -343,7 +343,9 @@ class Broker:
 
     # -- admission --------------------------------------------------------------------------
 
-    def facts(self, now: float, request: Request) -> AdmissionFacts:
+    def facts(self, now: float, request: Request, retry: bool = False) -> AdmissionFacts:
+        """What the core needs beyond the state; ``retry`` for a request decided before
+        (placement then does not learn its shape a second time)."""
         ledger = self._month_hours(now)
         hours: dict[tuple[str, str], float] = {}
         key = (request.team, request.pool)
@@ -362,7 +364,8 @@ class Broker:
             ):
                 waiting.add((other.team, other.pool))
         return AdmissionFacts(
-            now=now, gpu_hours_used=hours, waiting_within_guarantee=frozenset(waiting)
+            now=now, gpu_hours_used=hours, waiting_within_guarantee=frozenset(waiting),
+            retry=retry,
         )
 
     def _waiting(self) -> Iterable[Request]:
@@ -608,7 +611,7 @@ class Broker:
         if req is None:
             return None
         now = self.clock()
-        decision = decide(self.state, req, new_id("g"), self.facts(now, req))
+        decision = decide(self.state, req, new_id("g"), self.facts(now, req, retry=True))
         if decision.outcome is Outcome.QUEUED and request_id in self.queue:
             return "queued"  # unchanged: no write
         return self._transition(req, decision, now)
@@ -622,7 +625,7 @@ class Broker:
             if req.id not in self.queue:
                 continue
             now = self.clock()
-            decision = decide(self.state, req, new_id("g"), self.facts(now, req))
+            decision = decide(self.state, req, new_id("g"), self.facts(now, req, retry=True))
             if decision.outcome is Outcome.QUEUED:
                 continue
             changed.append((req.id, self._transition(req, decision, now)))
