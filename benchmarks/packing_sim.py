@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from jupyter_gpushare.core.fragmentation import target_shapes
+
 MILLI = 1000
 TUNE = 1.3
 POPULARITY = 0.95
@@ -136,17 +138,7 @@ def typical_shapes(
     Shapes are sorted by count (descending), ties by the larger shape first, as the
     simulator's ``sort.Reverse`` does; CPU-only shapes are included.
     """
-    counts = Counter(p.shape for p in pods)
-    total = sum(counts.values())
-    ordered = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)
-    chosen: list[tuple[Shape, int]] = []
-    cum = 0
-    for shape, count in ordered:
-        if cum >= threshold * total:
-            break
-        chosen.append((shape, count))
-        cum += count
-    return [(shape, count / cum) for shape, count in chosen]
+    return target_shapes(Counter(p.shape for p in pods), threshold)
 
 
 def model_allowed(spec: str, model: str) -> bool:
