@@ -390,22 +390,11 @@ class Broker:
                 return existing
         now = self.clock()
         decision = decide(self.state, req, new_id("g"), self.facts(now, req))
-        status = decision.outcome.value
-        grant = decision.grant if decision.outcome is Outcome.GRANTED else None
-        victims: list[Grant] = []
-        if decision.outcome is Outcome.PREEMPTING:
-            victims = [self.state.grants[v] for v in decision.victims]
-        if grant is not None:
-            self.state.check(grant)
+        status, grant, victims, marks = self._outcome(req, decision, now)
         row = request_row(
             req, status, decision.reason, decision.code, grant.id if grant else None,
             idempotency_key, now,
         )
-        marks = [
-            (victim.id, req.id, decision.reason, now + victim.grace_period_s)
-            for victim in victims
-            if victim.id not in self.state.preempting  # pending ones already count as gone
-        ]
         if self.fast is not None:
             spec_json = fastsql.dumps(row["spec"])
             statements = [("insert_request", fastsql.request_params(row, spec_json))]
@@ -424,7 +413,33 @@ class Broker:
                 if grant is not None:
                     conn.execute(grants_table.insert(), grant_row(grant))
                 self._mark_victims(conn, marks)
-        self.observer.admission(req.pool, status, decision.code)
+        self._carry_out(req, decision, grant, victims, now)
+        return self._view_from_decision(req, decision, status, grant, now)
+
+    def _outcome(
+        self, req: Request, decision: Decision, now: float
+    ) -> tuple[str, Grant | None, list[Grant], list[tuple[str, str, str, float]]]:
+        """Status, grant to apply, victims, and victim marks (id, for, why, deadline) to write.
+        Checks the grant against the state before anything is written."""
+        grant = decision.grant if decision.outcome is Outcome.GRANTED else None
+        victims: list[Grant] = []
+        if decision.outcome is Outcome.PREEMPTING:
+            victims = [self.state.grants[v] for v in decision.victims]
+        if grant is not None:
+            self.state.check(grant)
+        marks = [
+            (victim.id, req.id, decision.reason, now + victim.grace_period_s)
+            for victim in victims
+            if victim.id not in self.state.preempting  # pending ones already count as gone
+        ]
+        return decision.outcome.value, grant, victims, marks
+
+    def _carry_out(
+        self, req: Request, decision: Decision, grant: Grant | None, victims: list[Grant],
+        now: float,
+    ) -> None:
+        """Apply a written outcome to memory: the grant, the queue or the preemption."""
+        self.observer.admission(req.pool, decision.outcome.value, decision.code)
         if grant is not None:
             self.state.apply(grant)
             self.ledger.add(grant)
@@ -432,7 +447,6 @@ class Broker:
             self.queue[req.id] = req
         elif decision.outcome is Outcome.PREEMPTING:
             self._start_preemption(req, decision, victims, now)
-        return self._view_from_decision(req, decision, status, grant, now)
 
     @staticmethod
     def _mark_victims(conn: Any, marks: list[tuple[str, str, str, float]]) -> None:
@@ -545,18 +559,7 @@ class Broker:
 
     def _transition(self, req: Request, decision: Decision, now: float) -> str:
         """Write the new outcome of a waiting request; returns the status written."""
-        grant = decision.grant if decision.outcome is Outcome.GRANTED else None
-        status = decision.outcome.value
-        victims: list[Grant] = []
-        if decision.outcome is Outcome.PREEMPTING:
-            victims = [self.state.grants[v] for v in decision.victims]
-        if grant is not None:
-            self.state.check(grant)
-        marks = [
-            (victim.id, req.id, decision.reason, now + victim.grace_period_s)
-            for victim in victims
-            if victim.id not in self.state.preempting
-        ]
+        status, grant, victims, marks = self._outcome(req, decision, now)
         grant_id = grant.id if grant else None
         if self.fast is not None:
             statements: list[tuple[str, tuple[Any, ...]]] = [
@@ -590,14 +593,7 @@ class Broker:
                 self._mark_victims(conn, marks)
         self.queue.pop(req.id, None)
         self.pending.pop(req.id, None)
-        self.observer.admission(req.pool, status, decision.code)
-        if grant is not None:
-            self.state.apply(grant)
-            self.ledger.add(grant)
-        elif decision.outcome is Outcome.QUEUED:
-            self.queue[req.id] = req
-        elif decision.outcome is Outcome.PREEMPTING:
-            self._start_preemption(req, decision, victims, now)
+        self._carry_out(req, decision, grant, victims, now)
         return status
 
     def retry(self, request_id: str) -> str | None:
