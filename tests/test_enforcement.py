@@ -220,3 +220,10 @@ def test_kube_overrides_merge_with_configured_values():
     assert out["node_selector"] == {"zone": "a", "kubernetes.io/hostname": "lab-0"}
     assert out["scheduler_name"] == "hami-scheduler"
     assert "priority_class_name" not in out
+
+
+def test_the_whole_cards_memory_tells_the_sampler_its_scale():
+    env = enf.local_env(grant(gpus=2), mps=False, real_gpus_present=True, gpu_total_mib=TOTAL)
+    assert env["GPUSHARE_GPU_MEMORY_MIB"] == str(H200)
+    unknown = enf.local_env(grant(), mps=False, real_gpus_present=True)
+    assert "GPUSHARE_GPU_MEMORY_MIB" not in unknown

@@ -56,3 +56,15 @@ def test_simulated_by_flag_or_uuid_and_hard_enforcement() -> None:
 def test_garbage_numbers_are_absent_not_crashes() -> None:
     g = GrantInfo.from_env({"GPUSHARE_MEMORY_LIMIT_MIB": "lots", "GPUSHARE_UNITS": ""})
     assert g.memory_limit_mib is None and g.units is None
+
+
+def test_card_memory_from_the_spawner_scales_the_simulated_gpus() -> None:
+    from jupyter_gpushare.telemetry.sampler import make_sampler
+
+    g = GrantInfo.from_env({**ENV, "GPUSHARE_GPU_MEMORY_MIB": "144384",
+                            "GPUSHARE_GPU_UUIDS": "GPU-sim-a-0"})
+    assert g.gpu_memory_mib == 144384 and g.simulated
+    sampler = make_sampler("simulated", simulated_uuids=g.gpu_uuids,
+                           simulated_options={"memory_total_mib": g.gpu_memory_mib})
+    sample = sampler.collect()
+    assert sample.gpus[0].memory_total_mib == 144384

@@ -74,7 +74,12 @@ class GPUShareServerApp(ExtensionApp):
         "H200-sim", config=True, help="Model name of simulated GPUs."
     )
     simulated_gpu_memory_mib = Int(
-        143771, config=True, help="Memory (MiB) of each simulated GPU."
+        143771,
+        config=True,
+        help=(
+            "Memory (MiB) of each simulated GPU where the grant does not say (the spawner "
+            "sets GPUSHARE_GPU_MEMORY_MIB from the policy)."
+        ),
     )
     simulated_kernel_memory_mib = Int(
         0,

@@ -94,7 +94,7 @@ class TelemetryService:
             simulated_options={
                 "count": config.simulated_gpu_count,
                 "model": config.simulated_gpu_model,
-                "memory_total_mib": config.simulated_gpu_memory_mib,
+                "memory_total_mib": self.grant.gpu_memory_mib or config.simulated_gpu_memory_mib,
                 "background_load": config.simulated_background_load,
             },
         )

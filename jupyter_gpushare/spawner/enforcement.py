@@ -101,6 +101,12 @@ def memory_fraction(
     return max(math.floor(frac * 1000) / 1000, 0.001)
 
 
+def _card_memory(grant: GrantInfo, gpu_total_mib: Mapping[str, int] | None) -> int | None:
+    """Memory (MiB) of the smallest granted card, where the broker or policy says."""
+    totals = [g.total_memory_mib or (gpu_total_mib or {}).get(g.uuid) for g in grant.gpus]
+    return min(totals) if totals and all(totals) else None  # type: ignore[type-var]
+
+
 def grant_env(grant: GrantInfo, *, enforcement: str, broker_url: str = "") -> dict[str, str]:
     """The ``GPUSHARE_*`` environment that tells the single-user server its grant."""
     return {
@@ -180,6 +186,9 @@ def local_env(
             env["CUDA_MPS_PIPE_DIRECTORY"] = mps_pipe_dir
     fw = framework_env(grant, gpu_total_mib)
     env.update(fw)
+    card = _card_memory(grant, gpu_total_mib)
+    if card:
+        env["GPUSHARE_GPU_MEMORY_MIB"] = str(card)  # the whole card: the sampler's scale
     if "GPUSHARE_TORCH_MEMORY_FRACTION" in fw:
         parts = [PYHOOK_DIR] + [p for p in inherited_pythonpath.split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(parts)

@@ -37,6 +37,7 @@ class GrantInfo:
     grant_id: str | None = None
     gpu_uuids: tuple[str, ...] = ()
     memory_limit_mib: int | None = None
+    gpu_memory_mib: int | None = None  # the whole card's memory (GPUSHARE_GPU_MEMORY_MIB)
     compute_pct: float | None = None
     units: float | None = None
     profile: str | None = None
@@ -59,6 +60,7 @@ class GrantInfo:
             grant_id=e.get("GPUSHARE_GRANT_ID") or None,
             gpu_uuids=uuids,
             memory_limit_mib=_int(e.get("GPUSHARE_MEMORY_LIMIT_MIB")),
+            gpu_memory_mib=_int(e.get("GPUSHARE_GPU_MEMORY_MIB")),
             compute_pct=_float(e.get("GPUSHARE_COMPUTE_PCT")),
             units=_float(e.get("GPUSHARE_UNITS")),
             profile=e.get("GPUSHARE_PROFILE") or None,
