@@ -17,8 +17,9 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 * a candidate's rank is the fragmentation it adds plus a penalty when the node would
   be left with less CPU (as a share of the node) than GPU: GPUs without CPU to feed
   them are stranded, which FGD's measure sees only at shape thresholds. The rank is
-  taken in coarse steps (``GRADIENT_STEP``) and ties go to the node listed first, so
-  equal choices pack onto the same nodes. Within a node the GPU that adds the least
+  taken in coarse steps (``GRADIENT_STEP`` per GPU asked, a quarter coarser as the CPU
+  penalty fades out) and ties go to the node listed first, so equal choices pack onto
+  the same nodes. Within a node the GPU that adds the least
   fragmentation wins, then the tightest one;
 * fractions with explicit memory or compute (not proportional to the fraction) are
   placed by plain best fit, which checks them exactly.
@@ -49,7 +50,13 @@ from .model import UNIT, GPUAsk, GPUSlice, Placement, Request, SharingMode
 from .state import ClusterState, GPUState, NodeState
 
 GRADIENT_STEP = 120.0
-"""Milli-units of fragmentation increase treated as equal when ranking nodes."""
+"""Milli-units of fragmentation increase treated as equal when ranking nodes, per GPU
+the request asks for (an 8-GPU shape ranks in steps of 960)."""
+
+STEP_COARSEN = 0.25
+"""Extra share of ``GRADIENT_STEP`` as the starvation penalty fades out: when CPU is the
+scarce resource, small GPU-fragmentation differences matter less than packing onto the
+same nodes."""
 
 STARVATION_WEIGHT = 2000.0
 """Milli-units of fragmentation charged per unit by which a node's GPU share left exceeds
@@ -328,6 +335,7 @@ class _PoolIndex:
         gpus = sum(len(ns.gpus) for ns in nodes)
         self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
         self.weight = STARVATION_WEIGHT
+        self.step = GRADIENT_STEP
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
         self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
@@ -350,7 +358,9 @@ class _PoolIndex:
     def retarget(self) -> None:
         """A new target workload: drop memos and recompute every node's fragmentation."""
         self.table = FragTable(self.workload.shapes)
-        self.weight = STARVATION_WEIGHT * _starvation_scale(self.workload, self.cpu_per_gpu)
+        scale = _starvation_scale(self.workload, self.cpu_per_gpu)
+        self.weight = STARVATION_WEIGHT * scale
+        self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
         self._memo.clear()
         self._by_shape.clear()
         self._cache.clear()
@@ -492,7 +502,8 @@ class _PoolIndex:
 
         A candidate's rank is its fragmentation increase plus ``STARVATION_WEIGHT`` times
         the amount by which its GPU share left would exceed its CPU share left, in steps
-        of ``GRADIENT_STEP``; ties go to the node listed first.
+        of ``GRADIENT_STEP`` per GPU asked (coarser by up to ``STEP_COARSEN`` as the
+        penalty fades out); ties go to the node listed first.
 
         GPU requests of a shape seen before start from that shape's cached short list
         (:class:`_Cached`): only the nodes changed since and the untouched heads of each
@@ -589,8 +600,9 @@ class _PoolIndex:
             memo = self._by_shape[(milli, num)] = {}
         gradient = self._gradient
         weight = self.weight
-        step = GRADIENT_STEP
         demand = milli * num
+        # a step per GPU asked: gradients of multi-GPU shapes are that many times larger
+        step = self.step * max(1.0, demand / UNIT)
         n = len(self.by_pos)
         # rank and position folded into one number: (delta // step) * n + position
         best_rank = float("inf")
