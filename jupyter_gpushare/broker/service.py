@@ -63,6 +63,24 @@ _CLOSE_REQUEST = (
 
 
 
+def _grant_and_victim_statements(
+    grant: Grant | None, marks: list[tuple[str, str, str, float]], spec_json: str | None = None
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """Fast-path statements that insert ``grant`` (if any) and mark preemption victims."""
+    statements: list[tuple[str, tuple[Any, ...]]] = []
+    if grant is not None:
+        params = (
+            fastsql.grant_params(grant_row(grant), spec_json)
+            if spec_json is not None
+            else fastsql.grant_params(grant_row(grant))
+        )
+        statements.append(("insert_grant", params))
+    statements.extend(
+        ("mark_victim", (for_id, why, deadline, vid)) for vid, for_id, why, deadline in marks
+    )
+    return statements
+
+
 def request_row(
     req: Request, status: str, reason: str, code: str, grant_id: str | None,
     idempotency_key: str | None, now: float,
@@ -398,14 +416,7 @@ class Broker:
         if self.fast is not None:
             spec_json = fastsql.dumps(row["spec"])
             statements = [("insert_request", fastsql.request_params(row, spec_json))]
-            if grant is not None:
-                statements.append(
-                    ("insert_grant", fastsql.grant_params(grant_row(grant), spec_json))
-                )
-            statements.extend(
-                ("mark_victim", (for_id, why, deadline, vid))
-                for vid, for_id, why, deadline in marks
-            )
+            statements += _grant_and_victim_statements(grant, marks, spec_json)
             self.fast.write(statements)
         else:
             with self.engine.begin() as conn:
@@ -568,12 +579,7 @@ class Broker:
                     (status, decision.reason, decision.code, grant_id, now, req.id),
                 )
             ]
-            if grant is not None:
-                statements.append(("insert_grant", fastsql.grant_params(grant_row(grant))))
-            statements.extend(
-                ("mark_victim", (for_id, why, deadline, vid))
-                for vid, for_id, why, deadline in marks
-            )
+            statements += _grant_and_victim_statements(grant, marks)
             self.fast.write(statements)
         else:
             with self.engine.begin() as conn:
