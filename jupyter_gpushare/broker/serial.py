@@ -141,3 +141,52 @@ def gpus_json(policy_gpus: dict[str, Any], slices: list[dict[str, Any]]) -> list
 
 def gpu_index(policy: Policy) -> dict[str, Any]:
     return {g.uuid: g for n in policy.nodes for g in n.gpus}
+
+
+def request_row(
+    req: Request, status: str, reason: str, code: str, grant_id: str | None,
+    idempotency_key: str | None, now: float,
+) -> dict[str, Any]:
+    """The ``requests`` table row for ``req`` answered with ``status``."""
+    return dict(
+        id=req.id,
+        username=req.user,
+        server=req.holder,
+        team=req.team,
+        pool=req.pool,
+        kind=req.kind.value,
+        profile=req.profile,
+        status=status,
+        reason=reason,
+        code=code,
+        spec=request_to_spec(req),
+        grant_id=grant_id,
+        idempotency_key=idempotency_key,
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def make_request(
+    policy: Policy, *, request_id: str, user: str, team: str, body: dict[str, Any], now: float
+) -> Request:
+    """Build a core ``Request`` from the API body (validated by the handler)."""
+    kind = Kind(body.get("kind", "interactive"))
+    return Request(
+        id=request_id,
+        user=user,
+        team=team,
+        pool=body["pool"],
+        gpu=body["gpu_ask"],
+        priority=body["priority"],
+        kind=kind,
+        holder=body.get("server", "") or "",
+        profile=body.get("profile_slug", "") or "",
+        cpu_milli=int(body.get("cpu_milli", 0) or 0),
+        memory_mib=int(body.get("memory_mib", 0) or 0),
+        gpu_models=tuple(body.get("gpu_models", ()) or ()),
+        checkpointing=bool(body.get("checkpointing", False)),
+        max_runtime_s=body.get("max_runtime_s"),
+        created_at=now,
+    )
+

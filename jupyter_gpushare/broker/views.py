@@ -1,0 +1,353 @@
+"""Read-only views of the broker's state as the JSON of the REST API.
+
+Grants, requests, the queue, notices, team usage and the profiles a user may pick; nothing
+here changes the state or writes to the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from ..core.admission import Decision, Outcome
+from ..core.model import Grant, Request, from_milli
+from ..core.placement import place
+from .db import grants_table, requests_table
+from .errors import BrokerError
+from .ledger import LedgerMixin
+from .serial import gpus_json, iso, slices_to_json, spec_to_request
+
+
+class ViewsMixin(LedgerMixin):
+    """The API's answers about grants, requests, the queue, notices, usage and profiles."""
+
+    def notice_of(self, grant_id: str) -> dict[str, Any]:
+        grant = self.state.grants[grant_id]
+        reason, deadline = self.preempt_info[grant_id]
+        return {
+            "grant_id": grant_id,
+            "user": grant.user,
+            "server": grant.request.holder,
+            "kind": "preemption",
+            "holder_kind": grant.request.kind.value,
+            "reason": reason,
+            "deadline": iso(deadline),
+            "deadline_ts": deadline,
+            "for_request": self.state.preempting.get(grant_id),
+        }
+
+    def notices(self, user: str | None = None, grant_id: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for gid in list(self.preempt_info):
+            if gid not in self.state.grants:
+                continue
+            if grant_id and gid != grant_id:
+                continue
+            if user and self.state.grants[gid].user != user:
+                continue
+            out.append(self.notice_of(gid))
+        return out
+
+    def grant_view(self, grant: Grant) -> dict[str, Any]:
+        req = grant.request
+        info = self.preempt_info.get(grant.id)
+        return {
+            "id": grant.id,
+            "request_id": req.id,
+            "user": req.user,
+            "server": req.holder,
+            "team": req.team,
+            "pool": req.pool,
+            "profile": req.profile,
+            "kind": req.kind.value,
+            "node": grant.placement.node,
+            "gpus": gpus_json(self.gpus, slices_to_json(grant.placement)),
+            "units": from_milli(grant.units_milli),
+            "borrowed": grant.borrowed,
+            "preemptible": grant.preemptible,
+            "priority": req.priority,
+            "priority_value": grant.priority_value,
+            "cpu_milli": req.cpu_milli,
+            "memory_mib": req.memory_mib,
+            "granted_at": iso(grant.granted_at),
+            "grace_period_s": grant.grace_period_s,
+            "released_at": None,
+            "release_reason": None,
+            "preemption": {"reason": info[0], "deadline": iso(info[1])} if info else None,
+            "usage": self.last_heartbeat.get(grant.id),
+        }
+
+    def _grant_view_row(self, row: Any) -> dict[str, Any]:
+        spec = row.spec
+        return {
+            "id": row.id,
+            "request_id": row.request_id,
+            "user": row.username,
+            "server": row.server,
+            "team": row.team,
+            "pool": row.pool,
+            "profile": row.profile,
+            "kind": row.kind,
+            "node": row.node,
+            "gpus": gpus_json(self.gpus, row.slices),
+            "units": from_milli(row.units_milli),
+            "borrowed": bool(row.borrowed),
+            "preemptible": bool(row.preemptible),
+            "priority": row.priority,
+            "priority_value": row.priority_value,
+            "cpu_milli": spec.get("cpu_milli", 0),
+            "memory_mib": spec.get("memory_mib", 0),
+            "granted_at": iso(row.granted_at),
+            "grace_period_s": row.grace_period_s,
+            "released_at": iso(row.released_at),
+            "release_reason": row.release_reason,
+            "preemption": None,
+            "usage": None,
+        }
+
+    def get_grant(self, grant_id: str) -> dict[str, Any] | None:
+        grant = self.state.grants.get(grant_id)
+        if grant is not None:
+            return self.grant_view(grant)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(grants_table).where(grants_table.c.id == grant_id)).first()
+        return self._grant_view_row(row) if row else None
+
+    def list_grants(
+        self,
+        *,
+        user: str | None = None,
+        team: str | None = None,
+        pool: str | None = None,
+        node: str | None = None,
+    ) -> list[dict[str, Any]]:
+        out = []
+        for grant in self.state.grants.values():
+            if user is not None and grant.user != user:
+                continue
+            if team is not None and grant.team != team:
+                continue
+            if pool is not None and grant.pool != pool:
+                continue
+            if node is not None and grant.placement.node != node:
+                continue
+            out.append(self.grant_view(grant))
+        return out
+
+    def position(self, req: Request) -> int | None:
+        if req.id not in self.queue:
+            return None
+        for i, other in enumerate(self.ordered_queue(req.pool), start=1):
+            if other.id == req.id:
+                return i
+        return None
+
+    def expected_wait(self, req: Request, now: float) -> float | None:
+        pend = self.pending.get(req.id)
+        if pend is not None:
+            return max(0.0, pend.deadline - now)
+        if req.id not in self.queue:
+            return None
+        # the earliest end of a grant in the pool that declared a maximum runtime
+        ends = [
+            g.granted_at + g.request.max_runtime_s
+            for g in self.state.grants.values()
+            if g.pool == req.pool and g.request.max_runtime_s
+        ]
+        return max(0.0, min(ends) - now) if ends else None
+
+    def _view_from_decision(
+        self, req: Request, decision: Decision, status: str, grant: Grant | None, now: float
+    ) -> dict[str, Any]:
+        return {
+            "request_id": req.id,
+            "status": status,
+            "reason": decision.reason,
+            "code": decision.code,
+            "user": req.user,
+            "server": req.holder,
+            "team": req.team,
+            "pool": req.pool,
+            "profile": req.profile,
+            "kind": req.kind.value,
+            "position": self.position(req),
+            "expected_wait_s": self.expected_wait(req, now),
+            "grant_id": grant.id if grant else None,
+            "grant": self.grant_view(grant) if grant else None,
+            "victims": list(decision.victims) if decision.outcome is Outcome.PREEMPTING else [],
+            "created_at": iso(now),
+        }
+
+    def _request_view(self, row: Any) -> dict[str, Any]:
+        req = spec_to_request(row.spec)
+        now = self.clock()
+        grant = self.get_grant(row.grant_id) if row.grant_id else None
+        pend = self.pending.get(row.id)
+        return {
+            "request_id": row.id,
+            "status": row.status,
+            "reason": row.reason,
+            "code": row.code,
+            "user": row.username,
+            "server": row.server,
+            "team": row.team,
+            "pool": row.pool,
+            "profile": row.profile,
+            "kind": row.kind,
+            "position": self.position(req),
+            "expected_wait_s": self.expected_wait(req, now),
+            "grant_id": row.grant_id,
+            "grant": grant,
+            "victims": sorted(pend.victims) if pend else [],
+            "created_at": iso(row.created_at),
+        }
+
+    def get_request(self, request_id: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(requests_table).where(requests_table.c.id == request_id)
+            ).first()
+        return self._request_view(row) if row else None
+
+    def queue_view(self) -> list[dict[str, Any]]:
+        now = self.clock()
+        out: list[dict[str, Any]] = []
+        for req in self.ordered_queue():
+            out.append(
+                {
+                    "request_id": req.id,
+                    "user": req.user,
+                    "team": req.team,
+                    "pool": req.pool,
+                    "status": "queued",
+                    "priority": req.priority,
+                    "position": self.position(req),
+                    "units": from_milli(req.gpu.units_milli),
+                    "created_at": iso(req.created_at),
+                    "expected_wait_s": self.expected_wait(req, now),
+                }
+            )
+        for pend in self.pending.values():
+            req = pend.request
+            out.append(
+                {
+                    "request_id": req.id,
+                    "user": req.user,
+                    "team": req.team,
+                    "pool": req.pool,
+                    "status": "preempting",
+                    "priority": req.priority,
+                    "position": None,
+                    "units": from_milli(req.gpu.units_milli),
+                    "created_at": iso(req.created_at),
+                    "expected_wait_s": max(0.0, pend.deadline - now),
+                    "victims": sorted(pend.victims),
+                }
+            )
+        return out
+
+    def team_usage(self, team_name: str) -> dict[str, Any]:
+        team = self.policy.team(team_name)
+        if team is None:
+            raise BrokerError(404, f"unknown team {team_name!r}")
+        now = self.clock()
+        ledger = self._month_hours(now)
+        pools: dict[str, Any] = {}
+        for pool, quota in team.quotas:
+            used = self.state.team_used(team.name, pool)
+            others_borrowed = sum(
+                v for (t, p), v in self.state.borrowed.items() if p == pool and t != team.name
+            )
+            lent = min(max(0, quota.guaranteed_milli - used), others_borrowed)
+            pools[pool] = {
+                "guaranteed": from_milli(quota.guaranteed_milli),
+                "borrow_limit": from_milli(quota.borrow_limit_milli),
+                "in_use": from_milli(used),
+                "borrowed": from_milli(self.state.team_borrowed(team.name, pool)),
+                "lent": from_milli(lent),
+                "gpu_hours_month": round(ledger.hours((team.name, pool), now), 6),
+                "gpu_hours_budget": quota.gpu_hours_per_month,
+                "queued": sum(
+                    1 for r in self.queue.values() if r.team == team.name and r.pool == pool
+                ),
+            }
+        year, month = ledger.month
+        return {"team": team.name, "month": f"{year:04d}-{month:02d}", "pools": pools}
+
+    def find_idempotent(self, user: str, key: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(requests_table).where(
+                    requests_table.c.username == user, requests_table.c.idempotency_key == key
+                )
+            ).first()
+        return self._request_view(row) if row else None
+
+    def list_requests(self, user: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            query = select(requests_table).order_by(requests_table.c.created_at.desc()).limit(limit)
+            if user is not None:
+                query = query.where(requests_table.c.username == user)
+            rows = list(conn.execute(query))
+        return [self._request_view(r) for r in rows]
+
+    def profiles_view(self, teams: tuple[str, ...]) -> list[dict[str, Any]]:
+        out = []
+        for profile in self.policy.profiles_for(set(teams)):
+            avail: dict[str, Any] = {}
+            for team_name in teams:
+                team = self.policy.team(team_name)
+                if team is None or not profile.allowed_for({team_name}):
+                    continue
+                quota = team.quota(profile.pool)
+                if quota is None:
+                    continue
+                used = self.state.team_used(team_name, profile.pool)
+                probe = Request(
+                    id="probe",
+                    user="",
+                    team=team_name,
+                    pool=profile.pool,
+                    gpu=profile.gpu,
+                    priority=profile.priority,
+                    cpu_milli=profile.cpu_milli,
+                    memory_mib=profile.memory_mib,
+                    gpu_models=profile.gpu_models,
+                )
+                ask = profile.gpu.units_milli
+                avail[team_name] = {
+                    "guaranteed": from_milli(quota.guaranteed_milli),
+                    "borrow_limit": from_milli(quota.borrow_limit_milli),
+                    "in_use": from_milli(used),
+                    "within_guarantee": used + ask <= quota.guaranteed_milli,
+                    "within_borrow_limit": used + ask
+                    <= quota.guaranteed_milli + quota.borrow_limit_milli,
+                    "fits_now": place(self.state, probe) is not None,
+                }
+            gpu = profile.gpu
+            out.append(
+                {
+                    "slug": profile.slug,
+                    "display_name": profile.display_name,
+                    "description": profile.description,
+                    "pool": profile.pool,
+                    "gpu": {
+                        "count": gpu.whole,
+                        "fraction": from_milli(gpu.fraction_milli),
+                        "memory_mib": gpu.memory_mib,
+                        "compute_pct": None
+                        if gpu.compute_milli is None
+                        else gpu.compute_milli / 10,
+                        "describe": gpu.describe(),
+                    },
+                    "priority": profile.priority,
+                    "cpu_milli": profile.cpu_milli,
+                    "memory_mib": profile.memory_mib,
+                    "image": profile.image,
+                    "max_lifetime_s": profile.max_lifetime_s,
+                    "teams": list(profile.teams),
+                    "availability": avail,
+                }
+            )
+        return out
