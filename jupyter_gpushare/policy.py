@@ -661,26 +661,47 @@ class _TeamAt:
 
 
 def _parse_quota(ctx: _Ctx, body: YMap, path: str) -> PoolQuota | None:
-    keys = ("guaranteed", "borrow_limit", "gpu_hours_per_month", "per_user_cap")
+    keys = ("guaranteed", "borrow_limit", "gpu_hours_per_month", "per_user_cap",
+            "explicit_requests")
     f = _Fields(ctx, body, path, keys)
     guaranteed = f.get("guaranteed", parse_units_milli, required=True)
     borrow = f.get("borrow_limit", parse_units_milli, default=0)
     hours = f.get("gpu_hours_per_month", _number)
     cap = f.get("per_user_cap", _positive(parse_units_milli, "GPU units"))
+    explicit = f.get("explicit_requests", _bool, default=False)
     if guaranteed is None or borrow is None:
         return None
-    return PoolQuota(guaranteed, borrow, hours, cap)
+    return PoolQuota(guaranteed, borrow, hours, cap, bool(explicit))
 
 
-def _parse_teams(ctx: _Ctx, root: _Fields, pools: dict[str, tuple[Pool, int]], pools_ok: bool
+def _priority_list(ctx: _Ctx, f: _Fields, path: str,
+                   priorities: dict[str, tuple[PriorityClass, int]], refs_ok: bool
+                   ) -> tuple[str, ...] | None:
+    """The ``priorities:`` list of a team or profile (``None`` when absent); unknown
+    classes are errors."""
+    if not f.has("priorities"):
+        return None
+    names = f.get("priorities", _str_list)
+    if names is None:
+        return None
+    for i, name in enumerate(names):
+        if refs_ok and name not in priorities:
+            ctx.error(f.line("priorities"), f"{path}.priorities[{i}]",
+                      _unknown_ref("priority class", name, priorities))
+    return names
+
+
+def _parse_teams(ctx: _Ctx, root: _Fields, pools: dict[str, tuple[Pool, int]], pools_ok: bool,
+                 priorities: dict[str, tuple[PriorityClass, int]], prio_ok: bool
                  ) -> dict[str, _TeamAt]:
     teams: dict[str, _TeamAt] = {}
     for name, body, line, path in _entries(ctx, root, "teams"):
-        f = _Fields(ctx, body, path, ("groups", "admins", "quotas", "description"))
+        f = _Fields(ctx, body, path, ("groups", "admins", "quotas", "priorities", "description"))
         groups = f.get("groups", _str_list) or (name,)
         admins = f.get("admins", _str_list) or ()
+        allowed = _priority_list(ctx, f, path, priorities, prio_ok)
         quotas: list[tuple[str, PoolQuota]] = []
-        at = _TeamAt(Team(name, groups, (), admins), line)
+        at = _TeamAt(Team(name, groups, (), admins, allowed), line)
         for pool, qbody, qline, qpath in _entries(ctx, f, "quotas"):
             qpath = f"{path}.{qpath}"
             if pools_ok and pool not in pools:
@@ -695,7 +716,7 @@ def _parse_teams(ctx: _Ctx, root: _Fields, pools: dict[str, tuple[Pool, int]], p
                          "larger than guaranteed + borrow_limit, so it never limits anyone")
             quotas.append((pool, quota))
             at.quota_lines[pool] = qline
-        at.team = Team(name, groups, tuple(quotas), admins)
+        at.team = Team(name, groups, tuple(quotas), admins, allowed)
         teams[name] = at
     return teams
 
@@ -838,7 +859,7 @@ def _parse_profile(ctx: _Ctx, item: YMap, path: str, hw: _Pools,
                    priorities: dict[str, tuple[PriorityClass, int]], teams: dict[str, _TeamAt],
                    refs_ok: bool) -> Profile | None:
     keys = ("slug", "display_name", "description", "pool", "gpu", "cpu", "memory", "image",
-            "priority", "max_lifetime", "teams", "gpu_models")
+            "priority", "priorities", "max_lifetime", "teams", "gpu_models")
     f = _Fields(ctx, item, path, keys)
     slug = f.get("slug", _str, required=True)
     if slug is not None and not _SLUG.match(slug):
@@ -855,6 +876,7 @@ def _parse_profile(ctx: _Ctx, item: YMap, path: str, hw: _Pools,
     pool_name = f.get("pool", _str, required=f.has("gpu") and f.data["gpu"] not in (0, "none"))
     pool = _check_pool_ref(ctx, f, path, pool_name, hw, models, refs_ok)
     priority = _priority_ref(ctx, f, path, priorities, refs_ok)
+    extra = _priority_list(ctx, f, path, priorities, refs_ok) or ()
     if refs_ok:
         for i, team in enumerate(allowed):
             if team not in teams:
@@ -862,13 +884,36 @@ def _parse_profile(ctx: _Ctx, item: YMap, path: str, hw: _Pools,
             elif pool is not None and teams[team].team.quota(pool.name) is None:
                 ctx.warn(f.line("teams"), f"{path}.teams[{i}]", f"team {team} has no quota in "
                          f"pool {pool.name}, so its members cannot start this profile")
+        if priority is not None:
+            _check_team_priorities(ctx, f, path, priority, allowed, teams)
     ask = _parse_ask(ctx, f, path, pool, hw, models)
     if ask is None or slug is None or priority is None:
         return None
     if pool is not None and not ask.is_empty:
         _check_fit(ctx, f, path, ask, pool, hw, models, cpu, memory)
     return Profile(slug, display, pool_name or "", ask, priority, description, cpu, memory,
-                   image, lifetime, allowed, models)
+                   image, lifetime, allowed, models, extra)
+
+
+def _check_team_priorities(ctx: _Ctx, f: _Fields, path: str, priority: str,
+                           listed: Sequence[str], teams: dict[str, _TeamAt]) -> None:
+    """A profile offered to a team that may not use the profile's own priority class:
+    an error when the profile names the team, a warning when it is open to every team
+    (the form then leaves it out for that team's members)."""
+    where = f.line("priority") if f.has("priority") else f.data.line
+    for i, team in enumerate(listed):
+        at = teams.get(team)
+        if at is not None and not at.team.may_use_priority(priority):
+            ctx.error(where, f"{path}.teams[{i}]", f"team {team} may not use priority "
+                      f"{priority}, the profile's own (team {team} may use: "
+                      f"{', '.join(at.team.priorities or ()) or 'none'})")
+    if listed:
+        return
+    for team, at in teams.items():
+        if not at.team.may_use_priority(priority):
+            ctx.warn(where, f"{path}.priority", f"team {team} may not use priority {priority}, "
+                     "so this profile is not offered to its members (list the teams it is "
+                     "for, or add the class to the team's priorities)")
 
 
 def _check_pool_ref(ctx: _Ctx, f: _Fields, path: str, name: str | None, hw: _Pools,
@@ -1002,7 +1047,7 @@ def check_policy(text: str, filename: str = "<string>", discover: Discover | Non
                       for i in ctx.issues)
     source, node_ats, known = _parse_inventory(ctx, root, discover)
     _check_nodes(ctx, node_ats, pools, pools_ok)
-    teams = _parse_teams(ctx, root, pools, pools_ok)
+    teams = _parse_teams(ctx, root, pools, pools_ok, priorities, prio_ok)
     teams_ok = not any(i.path.startswith("teams") and i.severity == "error" for i in ctx.issues)
     by_pool: dict[str, list[Node]] = {}
     for at in node_ats:
@@ -1108,6 +1153,8 @@ def _guarantee_lines(policy: Policy, pool: Pool) -> list[str]:
             extra.append(f"per user <= {format_units(q.per_user_cap_milli)}")
         if q.gpu_hours_per_month is not None:
             extra.append(f"budget {q.gpu_hours_per_month:g} GPU-h/month")
+        if q.explicit_requests:
+            extra.append("explicit requests")
         lines.append(f"    {team.name:<14} guaranteed {format_units(q.guaranteed_milli):>6} "
                      f"({share})  " + ", ".join(extra))
     total = sum(q.guaranteed_milli for _, q in rows)
@@ -1126,7 +1173,10 @@ def _profile_line(p: Profile) -> str:
     bits = [p.gpu.describe()]
     if p.pool:
         bits.append(f"pool {p.pool}")
-    bits += [f"{p.cpu_milli / 1000:g} CPU", format_mib(p.memory_mib), f"priority {p.priority}"]
+    priority = f"priority {p.priority}"
+    if p.priorities:
+        priority += " (or " + ", ".join(c for c in p.priority_choices[1:]) + ")"
+    bits += [f"{p.cpu_milli / 1000:g} CPU", format_mib(p.memory_mib), priority]
     if p.max_lifetime_s:
         bits.append(f"max {format_duration(p.max_lifetime_s)}")
     return f"    {p.slug:<20} {p.display_name:<24} " + ", ".join(bits)
@@ -1153,7 +1203,9 @@ def summarize(policy: Policy) -> str:
     lines += ["", "Profiles per team"]
     for team in policy.teams:
         groups = ", ".join(team.groups)
-        lines.append(f"  {team.name} (groups: {groups})")
+        classes = "" if team.priorities is None else (
+            "; priorities: " + (", ".join(team.priorities) or "none"))
+        lines.append(f"  {team.name} (groups: {groups}{classes})")
         lines += [_profile_line(p) for p in policy.profiles_for({team.name})] or ["    (none)"]
     if policy.default_team:
         lines += ["", f"Users in no team's groups belong to team {policy.default_team}."]

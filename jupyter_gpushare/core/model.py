@@ -112,6 +112,7 @@ class PoolQuota:
     borrow_limit_milli: int = 0  # how far above the guarantee the team may borrow
     gpu_hours_per_month: float | None = None
     per_user_cap_milli: int | None = None
+    explicit_requests: bool = False  # members may send an explicit GPU ask (no profile) here
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,11 @@ class Team:
     groups: tuple[str, ...]
     quotas: tuple[tuple[str, PoolQuota], ...] = ()
     admins: tuple[str, ...] = ()
+    priorities: tuple[str, ...] | None = None  # classes members may use; None: every class
+
+    def may_use_priority(self, name: str) -> bool:
+        """Whether the team's members may use priority class ``name`` at all."""
+        return self.priorities is None or name in self.priorities
 
     def quota(self, pool: str) -> PoolQuota | None:
         for name, quota in self.quotas:
@@ -207,6 +213,12 @@ class Profile:
     max_lifetime_s: int | None = None
     teams: tuple[str, ...] = ()  # empty: every team
     gpu_models: tuple[str, ...] = ()  # empty: any model in the pool
+    priorities: tuple[str, ...] = ()  # extra classes a user may choose besides ``priority``
+
+    @property
+    def priority_choices(self) -> tuple[str, ...]:
+        """The profile's own priority first, then its extra ones (no repeats)."""
+        return (self.priority, *(p for p in self.priorities if p != self.priority))
 
     def allowed_for(self, teams: frozenset[str] | set[str]) -> bool:
         return not self.teams or bool(set(self.teams) & set(teams))
@@ -318,8 +330,32 @@ class Policy:
             return (self.default_team,)
         return found
 
+    def allowed_priorities(self, team: str, profile: Profile | None) -> tuple[str, ...]:
+        """Priority classes a member of ``team`` may use with ``profile``, the default first.
+
+        With a profile: its own priority and its extra ``priorities``; without one (an
+        explicit GPU ask): every class. Either way only those the team may use at all.
+        A team the policy does not know has no classes.
+        """
+        known = self.team(team)
+        if known is None:
+            return ()
+        names = (profile.priority_choices if profile is not None
+                 else tuple(c.name for c in self.priority_classes))
+        return tuple(n for n in names if known.may_use_priority(n))
+
+    def offers(self, profile: Profile, team: str) -> bool:
+        """Whether ``profile`` is offered to ``team``: the team is on the profile's list
+        (or the list is open) and may use the profile's own priority class."""
+        if not profile.allowed_for({team}):
+            return False
+        known = self.team(team)
+        return known is None or known.may_use_priority(profile.priority)
+
     def profiles_for(self, teams: set[str] | frozenset[str]) -> tuple[Profile, ...]:
-        return tuple(p for p in self.profiles if p.allowed_for(teams))
+        """Profiles offered to at least one of ``teams`` (see :meth:`offers`)."""
+        return tuple(p for p in self.profiles if any(self.offers(p, t) for t in teams)
+                     or (not teams and not p.teams))
 
     def nodes_in(self, pool: str) -> tuple[Node, ...]:
         return tuple(n for n in self.nodes if n.pool == pool)
