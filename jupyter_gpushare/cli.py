@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from . import __version__
 
-COMMAND_MODULES: list[str] = []
+COMMAND_MODULES: list[str] = ["jupyter_gpushare.report.command"]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 
 

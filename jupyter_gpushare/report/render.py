@@ -1,0 +1,211 @@
+"""The report's output formats: json, csv (long format), md and html (one file, plots inline)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from html import escape
+from typing import Any
+
+from . import plots
+from .document import POOL_COLUMNS, POWER_COLUMNS, TEAM_COLUMNS, num
+
+FORMATS = ("html", "csv", "md", "json")
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
+
+
+def _flat(row: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, _label in columns:
+        value = row.get(key)
+        if isinstance(value, dict):
+            out.extend((f"{key}.{k}", v) for k, v in sorted(value.items()))
+        else:
+            out.append((key, value))
+    return out
+
+
+def to_csv(doc: dict[str, Any]) -> str:
+    """Long format: ``section,pool,team,node,metric,value`` (one figure per line)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["section", "pool", "team", "node", "metric", "value"])
+    for key in ("month", "start", "end", "hours", "policy_version", "power_note"):
+        w.writerow(["month", "", "", "", key, num(doc[key])])
+    for t in doc["teams"]:
+        for metric, value in _flat(t, TEAM_COLUMNS + (("borrow_limit_units", ""),)):
+            w.writerow(["team", t["pool"], t["team"], "", metric, num(value)])
+    for p in doc["pools"]:
+        for metric, value in _flat(p, POOL_COLUMNS):
+            w.writerow(["pool", p["pool"], "", "", metric, num(value)])
+    for n in doc["power"]:
+        for metric, value in _flat(n, POWER_COLUMNS):
+            w.writerow(["power", n["pool"], "", n["node"], metric, num(value)])
+    for r in doc["recommendations"]:
+        for key in ("action", "text", "gpus", "units", "from_team", "to_team"):
+            w.writerow(["recommendation", r["pool"], "", "", key, num(r[key])])
+        for key, value in sorted(r["figures"].items()):
+            w.writerow(["recommendation", r["pool"], "", "", f"figures.{key}", num(value)])
+    return buf.getvalue()
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def cell(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ")
+
+    out = ["| " + " | ".join(cell(h) for h in header) + " |"]
+    out.append("|" + "|".join("---" for _ in header) + "|")
+    out.extend("| " + " | ".join(cell(c) for c in r) + " |" for r in rows)
+    return out
+
+
+def _team_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per pool: (pool, header, rows) with one row per figure and one column per team."""
+    out = []
+    for pool in [p["pool"] for p in doc["pools"]]:
+        teams = [t for t in doc["teams"] if t["pool"] == pool]
+        if not teams:
+            continue
+        header = ["figure"] + [t["team"] for t in teams]
+        rows = [[label] + [num(t[key]) for t in teams] for key, label in TEAM_COLUMNS]
+        out.append((pool, header, rows))
+    return out
+
+
+def _pool_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["figure"] + [p["pool"] for p in doc["pools"]]
+    rows = [[label] + [num(p[key]) for p in doc["pools"]] for key, label in POOL_COLUMNS]
+    return header, rows
+
+
+def _power_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["node"] + [label for _, label in POWER_COLUMNS]
+    rows = [[n["node"]] + [num(n[key]) for key, _ in POWER_COLUMNS] for n in doc["power"]]
+    return header, rows
+
+
+def to_md(doc: dict[str, Any]) -> str:
+    lines = [f"# GPU report {doc['month']}", ""]
+    lines.append(
+        f"Period {doc['start']} to {doc['end']} ({num(doc['hours'])} hours)"
+        + (f"; policy {doc['policy_version']}" if doc["policy_version"] else "")
+        + "."
+    )
+    lines += ["", "## Recommendation", ""]
+    for r in doc["recommendations"]:
+        lines.append(f"- **{r['pool']}: {r['action']}**. {r['text']}")
+    lines += ["", "## Pools: demand against capacity", ""]
+    header, rows = _pool_table(doc)
+    lines += _md_table(header, rows)
+    for pool, header, rows in _team_tables(doc):
+        lines += ["", f"## Teams in pool {pool}", ""]
+        lines += _md_table(header, rows)
+    lines += ["", "## Power per node", ""]
+    if doc["power"]:
+        header, rows = _power_table(doc)
+        lines += _md_table(header, rows)
+    if doc["power_note"]:
+        lines += ["", doc["power_note"]]
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(header: list[str], rows: list[list[str]], cls: str) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<th>{escape(c)}</th>" if i == 0 else f"<td>{escape(c)}</td>"
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+CSS = """
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+thead th{background:#eee}tbody th{text-align:left;font-weight:normal;background:#fafafa}
+.rec{padding:.6em 1em;border-left:4px solid #4e79a7;background:#f4f7fb;margin:.4em 0}
+.rec.buy{border-color:#e15759}.rec.move{border-color:#f28e2b}
+figure{margin:1em 0}figcaption{font-size:13px;color:#555}
+"""
+
+
+def to_html(doc: dict[str, Any], series: dict[str, Any] | None = None) -> str:
+    """One self-contained HTML file: tables plus inline SVG plots (no network)."""
+    s = series if series is not None else doc["series"]
+    days = int(s["days"])
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>GPU report {escape(doc['month'])}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>GPU report {escape(doc['month'])}</h1>",
+        f"<p>Period {escape(doc['start'])} to {escape(doc['end'])} "
+        f"({escape(num(doc['hours']))} hours)"
+        + (f"; policy {escape(doc['policy_version'])}" if doc["policy_version"] else "")
+        + ".</p>",
+        "<h2>Recommendation</h2>",
+    ]
+    for r in doc["recommendations"]:
+        out.append(
+            f'<div class="rec {escape(r["action"])}" data-pool="{escape(r["pool"])}" '
+            f'data-action="{escape(r["action"])}"><strong>{escape(r["pool"])}: '
+            f"{escape(r['action'])}</strong>. {escape(r['text'])}</div>"
+        )
+    out.append("<h2>Pools: demand against capacity</h2>")
+    header, rows = _pool_table(doc)
+    out.append(_html_table(header, rows, "pools"))
+    for pool, header, rows in _team_tables(doc):
+        out.append(f"<h2>Teams in pool {escape(pool)}</h2>")
+        out.append(_html_table(header, rows, f"teams pool-{escape(pool)}"))
+    out.append("<h2>Plots</h2>")
+    out.append(
+        "<figure>"
+        + plots.stacked_days("GPU-hours per team per day", s["gpu_hours_per_team_day"], days)
+        + "<figcaption>GPU-hours granted per team per day (all pools).</figcaption></figure>"
+    )
+    out.append(
+        "<figure>"
+        + plots.histogram("Utilisation histogram", s["util_histogram_gpu_hours"])
+        + "<figcaption>Measured GPU-hours by how much of its share a grant computed "
+        "(red: below 30 %, data-bound or idle).</figcaption></figure>"
+    )
+    out.append(
+        "<figure>"
+        + plots.lines(
+            "Queue wait over the month",
+            {"median": s["wait_median_per_day_s"], "p95": s["wait_p95_per_day_s"]},
+            days,
+            "seconds",
+        )
+        + "<figcaption>Queue wait of the requests made each day (seconds).</figcaption>"
+        "</figure>"
+    )
+    out.append("<h2>Power per node</h2>")
+    if doc["power"]:
+        header, rows = _power_table(doc)
+        out.append(_html_table(header, rows, "power"))
+    if doc["power_note"]:
+        out.append(f'<p class="power-note">{escape(doc["power_note"])}</p>')
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return to_json(doc)
+    if fmt == "csv":
+        return to_csv(doc)
+    if fmt == "md":
+        return to_md(doc)
+    if fmt == "html":
+        return to_html(doc)
+    raise ValueError(f"unknown format {fmt!r}: one of {', '.join(FORMATS)}")

@@ -1,0 +1,122 @@
+"""Plain input rows of the monthly report (what the database adapter hands the figures).
+
+Everything is a frozen dataclass of numbers and strings: the figures
+(:mod:`.figures`) and the recommendation rule (:mod:`.rule`) never see SQLAlchemy,
+the policy loader or the clock, so they are tested on hand-made rows.
+Times are POSIX seconds (UTC); GPU units are floats (1.0 = one whole GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SliceRow:
+    """The share of one GPU a grant holds."""
+
+    gpu_uuid: str
+    memory_mib: int
+    compute: float  # 1.0 = the whole GPU's compute
+
+
+@dataclass(frozen=True)
+class GrantRow:
+    """One grant of the ledger: the interval ``[granted_at, released_at)`` and its share."""
+
+    id: str
+    request_id: str
+    user: str
+    team: str
+    pool: str
+    node: str
+    units: float
+    borrowed: bool
+    granted_at: float
+    released_at: float | None = None
+    release_reason: str = ""
+    slices: tuple[SliceRow, ...] = ()
+    kind: str = "interactive"
+
+
+@dataclass(frozen=True)
+class RequestRow:
+    """One request: when it was made, what it asked, how it ended."""
+
+    id: str
+    user: str
+    team: str
+    pool: str
+    units: float
+    status: str  # granted | queued | preempting | refused | cancelled | released
+    code: str
+    created_at: float
+    updated_at: float
+    granted_at: float | None = None  # of its grant, if it got one
+
+
+@dataclass(frozen=True)
+class GPUUse:
+    """Heartbeat aggregate of one grant on one GPU over the month."""
+
+    samples: int
+    mean_util_pct: float  # mean of the samples' utilisation of the card (0..100)
+    mean_memory_mib: float  # mean memory the grant's processes held on the card
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """Measured use of one grant: one :class:`GPUUse` per GPU uuid it reported."""
+
+    grant_id: str
+    gpus: dict[str, GPUUse] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    """Mean power of one GPU of a node in one time bucket (from heartbeat power samples)."""
+
+    node: str
+    gpu_uuid: str
+    bucket_start: float
+    watts: float
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """A team's quota in a pool, from the policy."""
+
+    team: str
+    pool: str
+    guaranteed: float
+    borrow_limit: float
+    budget_gpu_hours: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """A pool's capacity from the policy's inventory."""
+
+    name: str
+    capacity: float  # GPU units
+    gpus: int
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MonthRows:
+    """Everything the figures of one month need."""
+
+    year: int
+    month: int
+    start: float
+    end: float
+    pools: tuple[PoolRow, ...]
+    quotas: tuple[QuotaRow, ...]
+    grants: tuple[GrantRow, ...] = ()
+    requests: tuple[RequestRow, ...] = ()
+    usage: tuple[UsageRow, ...] = ()
+    power: tuple[PowerRow, ...] = ()
+    power_in_heartbeats: bool = True  # False: the heartbeats carried no power at all
+    power_bucket_s: float = 300.0
+    policy_version: str = ""
