@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 from . import __version__
 
-COMMAND_MODULES: list[str] = ["jupyter_gpushare.report.command"]
+COMMAND_MODULES: list[str] = [
+    "jupyter_gpushare.report.command",
+    "jupyter_gpushare.planner.command",
+]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 
 
