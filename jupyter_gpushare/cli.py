@@ -88,6 +88,37 @@ register(Command(
 ))
 
 
+# ----------------------------------------------------------------- policy-schema
+
+
+def _policy_schema_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the schema to FILE instead of printing it")
+
+
+def _policy_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from .policy import json_schema
+
+    text = json.dumps(json_schema(), indent=2, sort_keys=False) + "\n"
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+register(Command(
+    "policy-schema",
+    "Print the JSON Schema of the policy file (for editors: yaml-language-server)",
+    _policy_schema_arguments,
+    _policy_schema,
+))
+
+
 # --------------------------------------------------------------------------- main
 
 

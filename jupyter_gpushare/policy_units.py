@@ -13,7 +13,9 @@ pure functions so that other adapters (the spawn form, the CLI) can reuse them.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 from .core.model import UNIT
@@ -47,7 +49,21 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def parse_memory_mib(value: object) -> int:
+def _finite(parse: Callable[[object], int], expected: str) -> Callable[[object], int]:
+    """``parse``, with an infinite or enormous value refused as ``expected`` (no crash)."""
+    @functools.wraps(parse)
+    def guarded(value: object) -> int:
+        try:
+            return parse(value)
+        except (OverflowError, ValueError) as exc:
+            if isinstance(exc, UnitError):
+                raise
+            raise UnitError(expected + ", of a sensible size") from None
+
+    return guarded
+
+
+def _parse_memory_mib(value: object) -> int:
     """Memory size to whole MiB (rounded to nearest, at least 1 for a non-zero size)."""
     if _is_number(value):
         if value < 0:  # type: ignore[operator]
@@ -63,7 +79,7 @@ def parse_memory_mib(value: object) -> int:
     return max(int(round(mib)), 1 if number > 0 else 0)
 
 
-def parse_cpu_milli(value: object) -> int:
+def _parse_cpu_milli(value: object) -> int:
     """CPU cores to milli-cores."""
     if _is_number(value):
         if value < 0:  # type: ignore[operator]
@@ -82,7 +98,7 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?)\s*(w|d|h|m|s)")
 _DURATION_SECONDS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
-def parse_duration_s(value: object) -> int:
+def _parse_duration_s(value: object) -> int:
     """Duration to whole seconds."""
     if _is_number(value):
         if value < 0:  # type: ignore[operator]
@@ -97,15 +113,26 @@ def parse_duration_s(value: object) -> int:
     return int(round(total))
 
 
+parse_memory_mib = _finite(_parse_memory_mib, MEMORY_EXPECTED)
+parse_cpu_milli = _finite(_parse_cpu_milli, CPU_EXPECTED)
+parse_duration_s = _finite(_parse_duration_s, DURATION_EXPECTED)
+
+
 def parse_ratio(value: object, expected: str = FRACTION_EXPECTED) -> Fraction:
     """A non-negative ratio written as a number, ``a/b`` or ``p%``, exactly."""
     if _is_number(value):
-        ratio = Fraction(str(value))
+        try:
+            ratio = Fraction(str(value))
+        except ValueError:  # inf, nan
+            raise UnitError(expected) from None
     elif isinstance(value, str):
         text = value.strip()
+        number = text[:-1].strip() if text.endswith("%") else text
+        if number.startswith("-"):
+            raise UnitError(expected + ", not negative")
         try:
             # Fraction() reads "0.25" and "1/4"
-            ratio = Fraction(text[:-1].strip()) / 100 if text.endswith("%") else Fraction(text)
+            ratio = Fraction(number) / 100 if text.endswith("%") else Fraction(number)
         except (ValueError, ZeroDivisionError):
             raise UnitError(expected) from None
     else:

@@ -372,3 +372,30 @@ def test_summary_lists_capacity_guarantees_and_profiles() -> None:
     assert "train" in text and "8 GPUs =" in text and "8000 milli" in text
     assert "Guarantees per pool" in text and "vision" in text
     assert "Train 4 GPU" in text
+
+
+# ------------------------------------------------------- every error in one pass
+
+
+def test_a_typo_and_an_unknown_team_are_reported_in_one_pass() -> None:
+    # issue 8 item 18: the unknown team used to show only after the typo was fixed
+    text = edit("train: {guaranteed: 2, borrow_limit: 1}", "train: {guaranted: 2}")
+    text = edit("    pool: shared\n    gpu: {fraction: 1/4}\n",
+                "    pool: shared\n    gpu: {fraction: 1/4}\n    teams: [visoin]\n", text)
+    text = edit("research: {value: 100,", "research: {valeu: 100,", text)
+    text += "default_team: nobody\n"
+    found = issues(text)
+    assert "did you mean 'guaranteed'" in only(found, "teams.vision.quotas.train.guaranted"
+                                               ).message
+    assert "unknown team 'visoin'" in only(found, "profiles[1].teams[0]").message
+    assert "did you mean 'value'" in only(found, "priority_classes.research.valeu").message
+    assert "unknown team 'nobody'" in only(found, "default_team").message
+
+
+def test_a_broken_entry_is_reported_once_not_at_every_reference() -> None:
+    # pool train has a bad mode: the nodes, quotas and profiles that name it are not
+    # reported as naming an unknown pool
+    found = issues(edit("{mode: exclusive}", "{mode: exclusiv}"))
+    assert [i.path for i in found] == ["pools.train.mode"]
+    found = issues(edit("interactive: {value: 500}", "interactive: {value: high}"))
+    assert [i.path for i in found] == ["priority_classes.interactive.value"]
