@@ -102,16 +102,21 @@ class Fields:
                            f"(expected {exc})")
             return fallback
 
+    def _required(self, key: str, override: bool | None) -> bool:
+        if override is not None:
+            return override
+        return key in self.section.names and self.section.key(key).required
+
     def map(self, key: str, *, required: bool | None = None) -> YMap | None:
         if not self.has(key):
-            if self.section.key(key).required if required is None else required:
+            if self._required(key, required):
                 self.missing(key)
             return None
         return as_map(self.ctx, self.data[key], self.line(key), join(self.path, key))
 
     def list(self, key: str, *, required: bool | None = None) -> YList | None:
         if not self.has(key):
-            if self.section.key(key).required if required is None else required:
+            if self._required(key, required):
                 self.missing(key)
             return None
         return as_list(self.ctx, self.data[key], self.line(key), join(self.path, key))
