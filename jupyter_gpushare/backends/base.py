@@ -1,0 +1,146 @@
+"""The batch backend interface: where an admitted job's notebook runs.
+
+The broker owns admission, grants and the job's states; a backend only runs one
+*attempt* of a job and reports on it. Every method is synchronous and quick (the
+broker calls them from a worker thread, never on its event loop):
+
+* :meth:`JobBackend.submit` starts an attempt (idempotent: a second call for the same
+  job and attempt returns the first run's handle, so a job never runs twice at once);
+* :meth:`JobBackend.poll` says whether it still runs and, once it ended, its result;
+* :meth:`JobBackend.signal` sends the preemption notice (SIGTERM on the local
+  backend), :meth:`JobBackend.kill` ends it for good (SIGKILL);
+* :meth:`JobBackend.read_log` and :meth:`JobBackend.fetch_output` give the log and
+  the executed notebook.
+
+Each backend declares in :meth:`JobBackend.capabilities` what it enforces, so the
+admin (and the docs) can see what a grant means there. Backends import nothing from
+the broker's HTTP layer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend enforces and promises."""
+
+    name: str
+    enforces: tuple[str, ...]  # e.g. "CUDA_VISIBLE_DEVICES", "MPS memory limit"
+    memory_isolation: str  # how a memory limit holds: "hard", "framework caps", "none"
+    runs_as_user: bool  # jobs run as the job's own system user
+    survives_broker_restart: bool  # runs go on while the broker is down
+    own_process_group: bool = True
+    notes: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "enforces": list(self.enforces),
+            "memory_isolation": self.memory_isolation,
+            "runs_as_user": self.runs_as_user,
+            "survives_broker_restart": self.survives_broker_restart,
+            "own_process_group": self.own_process_group,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one attempt of a job needs; built by the broker from the job and grant."""
+
+    job_id: str
+    attempt: int
+    user: str
+    notebook: dict[str, Any]  # the snapshot taken at submit time
+    parameters: dict[str, Any]
+    output_path: str  # absolute path of the executed notebook in the user's files
+    cwd: str  # where the notebook runs (the output's folder)
+    env: dict[str, str]  # grant enforcement, GPUSHARE_* (checkpoint dir added by the backend)
+    max_runtime_s: int
+    kernel_name: str = ""
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """How the broker finds a run again (stored with the job; survives restarts)."""
+
+    backend: str
+    job_id: str
+    attempt: int
+    ref: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "job_id": self.job_id, "attempt": self.attempt,
+            "ref": self.ref,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunHandle:
+        return cls(
+            str(data["backend"]), str(data["job_id"]), int(data["attempt"]),
+            dict(data.get("ref") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """What a backend knows about one run."""
+
+    alive: bool | None  # None: the backend cannot tell
+    started: bool = True  # False: no record that this attempt was ever started
+    finished: bool = False  # a final result exists
+    exit_code: int | None = None
+    error: dict[str, Any] | None = None  # a CellError's JSON, or {"summary": ...}
+    output_path: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    terminated: bool = False  # the run saw SIGTERM (preemption or cancel)
+
+
+class JobBackend(ABC):
+    """Base class of batch backends (local here; Slurm, Kueue, YTsaurus elsewhere)."""
+
+    name = "base"
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    @abstractmethod
+    def submit(self, spec: RunSpec) -> RunHandle: ...
+
+    @abstractmethod
+    def poll(self, handle: RunHandle) -> RunStatus: ...
+
+    @abstractmethod
+    def signal(self, handle: RunHandle) -> None:
+        """The preemption notice (or a cancel's first step): ask the run to stop cleanly."""
+
+    @abstractmethod
+    def kill(self, handle: RunHandle) -> None:
+        """End the run and everything it started, now."""
+
+    @abstractmethod
+    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
+        """Bytes of the job's log (every attempt) from ``offset``; returns (data, next offset)."""
+
+    @abstractmethod
+    def log_size(self, job_id: str) -> int: ...
+
+    @abstractmethod
+    def fetch_output(self, handle: RunHandle) -> bytes | None:
+        """The executed notebook of a run (also while it runs, as far as it got)."""
+
+    def checkpoint_dir(self, job_id: str) -> str | None:
+        """Where the job keeps its checkpoints across attempts (None: not supported)."""
+        return None
+
+    def forget(self, job_id: str) -> None:  # noqa: B027 - optional
+        """Remove what is kept of a finished job (log retention)."""
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Stop watching (runs go on where the backend allows it)."""
