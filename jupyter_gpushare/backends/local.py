@@ -50,6 +50,14 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _with_cell_ids(nb: dict[str, Any]) -> dict[str, Any]:
+    """nbformat 4.5 wants an id on every cell; older snapshots get one."""
+    cells = []
+    for i, cell in enumerate(nb.get("cells") or []):
+        cells.append(cell if cell.get("id") else dict(cell, id=f"cell-{i}"))
+    return dict(nb, cells=cells, nbformat_minor=max(5, int(nb.get("nbformat_minor") or 0)))
+
+
 class LocalBackend(JobBackend):
     """Jobs as local processes (see the module docstring)."""
 
@@ -112,7 +120,7 @@ class LocalBackend(JobBackend):
         ckpt = Path(self.checkpoint_dir(spec.job_id))
         adir.mkdir(parents=True, exist_ok=True)
         ckpt.mkdir(parents=True, exist_ok=True)
-        (adir / "input.ipynb").write_text(json.dumps(spec.notebook))
+        (adir / "input.ipynb").write_text(json.dumps(_with_cell_ids(spec.notebook)))
         _write_json(
             adir / "spec.json",
             {

@@ -1,4 +1,4 @@
-"""Run one attempt of a job with papermill: ``python -m jupyter_gpushare.backends.papermill_run DIR``.
+"""One attempt of a job, run by papermill: ``python -m <this module> DIR``.
 
 ``DIR`` holds ``spec.json`` (written by the backend) and the notebook snapshot
 ``input.ipynb``. This process is the head of the job's own process group (session); it
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -40,10 +41,8 @@ def _descendants() -> list[Any]:
 def _on_term(signum: int, _frame: Any) -> None:
     TERMINATED["flag"] = True
     for proc in _descendants():
-        try:
+        with contextlib.suppress(Exception):  # a child may be gone already
             proc.send_signal(signum)
-        except Exception:  # noqa: BLE001 - a child may be gone already
-            pass
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -77,6 +76,8 @@ def run(attempt_dir: Path) -> int:
     error: dict[str, Any] | None = None
     code = 0
     try:
+        if spec.get("cwd"):
+            os.makedirs(spec["cwd"], exist_ok=True)
         import papermill
 
         papermill.execute_notebook(

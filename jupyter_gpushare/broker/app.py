@@ -29,6 +29,7 @@ from .auth import HubTokenAuthenticator, TokenAuthenticator
 from .db import make_engine
 from .handlers import Context, routes
 from .hubclient import HubClient
+from .job_runner import JobManager, JobsBatchBackend
 from .metrics import BrokerMetrics
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .reconcile import HolderChecker, HubHolderChecker, reconcile
@@ -93,7 +94,7 @@ class BrokerApp(Application):
         help="Decides whether a grant's holder (server, job, pod) still exists.",
     )
     batch_backend_class = Type(
-        BatchBackend,
+        JobsBatchBackend,
         klass=BatchBackend,
         config=True,
         help="Where batch jobs run (preemption and liveness of jobs).",
@@ -198,6 +199,9 @@ class BrokerApp(Application):
             checkpoint_interval_s=self.sqlite_checkpoint_interval_s,
         )
         self.runner.broker = self.broker
+        self.jobs = JobManager(self.broker, parent=self)
+        if isinstance(self.backend, JobsBatchBackend):
+            self.backend.manager = self.jobs
         self.metrics.broker = self.broker
         auth_kwargs: dict[str, Any] = {"parent": self}
         if issubclass(self.authenticator_class, HubTokenAuthenticator):
@@ -212,6 +216,7 @@ class BrokerApp(Application):
             self.metrics,
             self.checker,
             self.reconcile_min_age_s,
+            self.jobs,
         )
         self.web_app = web.Application(
             routes(self.base_url, self.ctx), log_function=self._log_request
@@ -246,6 +251,7 @@ class BrokerApp(Application):
             len(self.broker.pending),
             len(changes),
         )
+        await self.jobs.start()
         self.server = HTTPServer(self.web_app, xheaders=True)
         self.server.listen(self.port, self.ip)
         self.log.info(
@@ -274,6 +280,8 @@ class BrokerApp(Application):
             self.server.stop()
         for task in getattr(self, "_tasks", ()):
             task.cancel()
+        if getattr(self, "jobs", None) is not None:
+            await self.jobs.stop()
         self.runner.close()
         self.broker.close()
         self.engine.dispose()

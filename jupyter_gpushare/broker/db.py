@@ -125,6 +125,66 @@ heartbeats_table = Table(
 )
 
 
+# -- batch jobs (schema 2) -------------------------------------------------------------------
+
+jobs_table = Table(
+    "gpushare_jobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("username", String(255), nullable=False),
+    Column("team", String(255), nullable=False),
+    Column("server", String(255), nullable=False, default=""),
+    Column("name", String(255), nullable=False),
+    Column("path", Text, nullable=False, default=""),
+    Column("profile", String(255), nullable=False, default=""),
+    Column("pool", String(255), nullable=False),
+    Column("priority", String(255), nullable=False),
+    Column("request_spec", JSON, nullable=False),  # the batch request, asked again on requeue
+    Column("parameters", JSON, nullable=False),
+    Column("max_runtime_s", Integer, nullable=False),
+    Column("checkpoint", Boolean, nullable=False),
+    Column("backend", String(64), nullable=False),
+    Column("output_path", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("attempt", Integer, nullable=False),
+    Column("request_id", String(64), nullable=True),
+    Column("grant_id", String(64), nullable=True),
+    Column("handle", JSON, nullable=True),
+    Column("error", JSON, nullable=True),
+    Column("gpu_hours", Float, nullable=False, default=0.0),  # closed attempts
+    Column("preempt_signalled", Boolean, nullable=False, default=False),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("ended_at", Float, nullable=True),
+    Index("ix_gpushare_jobs_state", "state"),
+    Index("ix_gpushare_jobs_user", "username", "created_at"),
+)
+
+job_notebooks_table = Table(
+    "gpushare_job_notebooks",
+    metadata,
+    Column("job_id", String(64), primary_key=True),
+    Column("notebook", Text, nullable=False),  # the snapshot taken at submit time (JSON)
+    Column("size", Integer, nullable=False),
+)
+
+job_events_table = Table(
+    "gpushare_job_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(64), nullable=False),
+    Column("ts", Float, nullable=False),
+    Column("from_state", String(16), nullable=True),
+    Column("to_state", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Index("ix_gpushare_job_events_job", "job_id", "id"),
+)
+
+
 # -- migrations -----------------------------------------------------------------------------
 
 
@@ -133,8 +193,14 @@ def _m1_initial(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _m2_jobs(conn: Connection) -> None:
+    for table in (jobs_table, job_notebooks_table, job_events_table):
+        table.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
+    (2, "batch jobs: jobs, their notebook snapshots and state history", _m2_jobs),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

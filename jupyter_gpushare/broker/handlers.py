@@ -44,6 +44,7 @@ class Context:
     metrics: BrokerMetrics
     checker: HolderChecker
     reconcile_min_age_s: float = 60.0
+    jobs: Any = None  # the JobManager (batch jobs), when enabled
 
 
 class BadField(BrokerError):
@@ -584,6 +585,9 @@ def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]
         (base + r"/health", HealthHandler),
         (base_url.rstrip("/") + r"/?", HealthHandler),
     ]
+    from .job_handlers import job_routes
+
+    table += job_routes(base)
     return [(pattern, handler, kw) for pattern, handler in table]
 
 

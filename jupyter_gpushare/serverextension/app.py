@@ -8,6 +8,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
 from .handlers import handlers
+from .jobs import job_handlers
 from .service import ServiceConfig, TelemetryService
 
 
@@ -127,7 +128,7 @@ class GPUShareServerApp(ExtensionApp):
         self.settings["gpushare_service"] = self.service
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(handlers())
+        self.handlers.extend(handlers() + job_handlers())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.service is not None:

@@ -1,0 +1,607 @@
+"""The life of batch jobs in the broker: admission, the loop that drives the backend, restarts.
+
+A job is admitted as a ``Kind.BATCH`` request through the same path as a server (one
+policy, one ledger); its grant lives exactly as long as its run:
+
+* **submit**: validate (:mod:`.job_submit`), ask the broker (:meth:`Broker.submit`); a
+  refusal stores no job; otherwise the job is written ``queued`` or ``admitted``;
+* **loop** (:meth:`JobManager.tick`, every ``poll_interval_s``): a queued job whose request
+  was granted becomes ``admitted``; an admitted one is started on the backend (``running``);
+  running ones are polled; a preemption notice on a job's grant sends SIGTERM at once, the
+  deadline SIGKILL (:class:`JobsBatchBackend`, called by the preemption runner); an ended
+  run releases its grant and settles the job; a preempted job is asked for again
+  (``queued``, attempt + 1) once its grant is gone, and resumes from its checkpoint dir;
+* **restart** (:meth:`JobManager.recover`): runs still alive are reattached, runs that
+  ended meanwhile are settled from their status file, the rest requeued or failed with a
+  reason (:func:`~jupyter_gpushare.core.jobs.restart_verdict`); nothing starts twice.
+
+Backend calls (process start, polls, signals, file reads) run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from ..backends.base import JobBackend, RunHandle, RunSpec, RunStatus
+from ..core.jobs import (
+    JobLimits,
+    JobState,
+    Verdict,
+    final_state,
+    may_requeue,
+    restart_verdict,
+)
+from ..core.model import UNIT, Grant, Kind
+from .db import grants_table
+from .ids import new_id
+from .jobs import Job, JobStore
+from .preempt import BatchBackend
+from .serial import spec_to_request
+
+if TYPE_CHECKING:
+    from .service import Broker
+
+log = logging.getLogger("gpushare.broker.jobs")
+
+ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
+"""Variables of the broker's environment a job inherits (never its hub token)."""
+
+
+class JobManager(LoggingConfigurable):
+    """Owner of batch jobs: their store, their runs on the backend and their grants."""
+
+    jobs_dir = Unicode(
+        config=True,
+        help="Where the local backend keeps each job's snapshot, log and checkpoint folder "
+        "(default: gpushare-jobs in the broker's working directory, next to its database).",
+    )
+    user_root_template = Unicode(
+        "~{username}",
+        config=True,
+        help="The user's files, where executed notebooks are delivered: '~{username}' is the "
+        "user's home directory; e.g. '/tmp/{username}' for SimpleLocalProcessSpawner. Output "
+        "paths are relative to it and may not leave it.",
+    )
+    run_as = CaselessStrEnum(
+        ["hub", "user"],
+        default_value="hub",
+        config=True,
+        help="Run jobs as the hub's own user ('hub', as SimpleLocalProcessSpawner runs "
+        "servers) or as the job's system user ('user': the broker runs as root, as with "
+        "LocalProcessSpawner).",
+    )
+    enabled = Bool(True, config=True, help="Accept batch jobs at all.")
+    poll_interval_s = Float(0.25, config=True, help="Seconds between passes of the job loop.")
+    cancel_grace_s = Float(
+        10.0, config=True, help="Seconds between SIGTERM and SIGKILL when a job is cancelled."
+    )
+    max_attempts = Integer(
+        20, config=True, help="Most attempts of one job (each preemption starts a new one)."
+    )
+    max_queued_per_user = Integer(
+        50, config=True, help="Most unfinished (queued or running) jobs one user may have."
+    )
+    max_notebook_bytes = Integer(
+        5 * 1024 * 1024, config=True, help="Largest notebook snapshot accepted (bytes)."
+    )
+    max_parameters_bytes = Integer(
+        16 * 1024, config=True, help="Largest parameters object accepted (bytes of JSON)."
+    )
+    default_max_runtime_s = Integer(
+        4 * 3600,
+        config=True,
+        help="Runtime limit of a job that asks for none (capped by its profile's max_lifetime).",
+    )
+    max_runtime_s = Integer(
+        7 * 24 * 3600, config=True, help="Longest runtime any job may ask for (seconds)."
+    )
+    max_jobs_kept_per_user = Integer(
+        500, config=True, help="Finished jobs kept per user; older ones are deleted."
+    )
+    log_retention_days = Float(
+        30.0,
+        config=True,
+        help="Days the log, snapshot and checkpoints of a finished job are kept (0: forever).",
+    )
+    max_log_read_bytes = Integer(
+        256 * 1024, config=True, help="Most log bytes one log request returns."
+    )
+
+    @default("jobs_dir")
+    def _jobs_dir(self) -> str:
+        db_url = str(getattr(self.parent, "db_url", "") or "")
+        if db_url.startswith("sqlite:///") and db_url != "sqlite:///:memory:":
+            return os.path.join(os.path.dirname(os.path.abspath(db_url[10:])), "gpushare-jobs")
+        return os.path.abspath("gpushare-jobs")
+
+    def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.broker = broker
+        if backend is None:
+            from ..backends.local import LocalBackend
+
+            backend = LocalBackend(self.jobs_dir, run_as=self.run_as)
+        self.backend = backend
+        self.store = JobStore(broker.engine, broker.clock)
+        self.wake = asyncio.Event()
+        self._busy: set[str] = set()  # jobs with a backend call in flight
+        self._task: asyncio.Task[Any] | None = None
+        self._real_gpus: bool | None = None
+
+    @property
+    def limits(self) -> JobLimits:
+        return JobLimits(
+            max_notebook_bytes=self.max_notebook_bytes,
+            max_parameters_bytes=self.max_parameters_bytes,
+            max_queued_per_user=self.max_queued_per_user,
+            default_max_runtime_s=self.default_max_runtime_s,
+            max_runtime_s=self.max_runtime_s,
+        )
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def user_root(self, user: str) -> str:
+        root = self.user_root_template.format(username=user)
+        return os.path.realpath(os.path.expanduser(root))
+
+    def output_file(self, job: Job) -> str:
+        return os.path.join(self.user_root(job.user), job.output_path)
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.recover()
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.backend.close()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("job loop failed")
+            self.wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.poll_interval_s)
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _batch_grants(self) -> dict[str, Grant]:
+        return {
+            g.request.id: g for g in self.broker.state.grants.values()
+            if g.request.kind is Kind.BATCH
+        }
+
+    async def tick(self) -> None:
+        """One pass over the live jobs (see the module docstring)."""
+        broker = self.broker
+        grants = self._batch_grants()
+        running: list[Job] = []
+        for job in list(self.store.live.values()):
+            if job.id in self._busy:
+                continue
+            if job.state is JobState.QUEUED:
+                self._check_queued(job, grants)
+            elif job.state is JobState.ADMITTED:
+                self._spawn(self._start(job))
+            elif job.state is JobState.PREEMPTED:
+                self._requeue_or_fail(job)
+            elif job.state is JobState.RUNNING:
+                if job.grant_id not in broker.state.grants:
+                    self._spawn(self._kill_for_lost_grant(job))
+                    continue
+                if job.grant_id in broker.preempt_info and not job.preempt_signalled:
+                    reason = broker.preempt_info[job.grant_id][0]
+                    self._spawn(self._signal(job, f"preemption notice: {reason}"))
+                    continue
+                running.append(job)
+        if running:
+            self._spawn(self._poll(running))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        task.add_done_callback(_log_failure)
+
+    def _check_queued(self, job: Job, grants: dict[str, Grant]) -> None:
+        broker = self.broker
+        grant = grants.get(job.request_id or "")
+        if grant is not None:
+            self.store.transition(
+                job, JobState.ADMITTED,
+                f"admitted: granted {grant.units_milli / UNIT:g} GPU on {grant.placement.node}"
+                + (" (borrowed)" if grant.borrowed else ""),
+                grant_id=grant.id,
+            )
+            self.wake.set()
+            return
+        rid = job.request_id or ""
+        if rid in broker.queue or rid in broker.pending:
+            return
+        view = broker.get_request(rid) if rid else None
+        if job.cancel_requested:
+            self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
+        elif view is not None and view["status"] == "refused":
+            self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
+        elif view is not None and view["status"] == "granted" and view.get("grant_id"):
+            # granted and released again before the job started (e.g. reconcile)
+            self._ask_again(job, job.attempt, "its grant was released before it started")
+        else:
+            self._ask_again(job, job.attempt, "its request was lost: asked again")
+
+    async def _start(self, job: Job) -> None:
+        grant = self.broker.state.grants.get(job.grant_id or "")
+        if grant is None:
+            self._ask_again(job, job.attempt, "its grant was released before it started")
+            return
+        if job.cancel_requested:
+            self._release(job, "job cancelled")
+            self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
+                                  grant_id=None)
+            return
+        self._busy.add(job.id)
+        try:
+            spec = await self._call(self._run_spec, job, grant)
+            handle: RunHandle = await self._call(self.backend.submit, spec)
+        except Exception as exc:  # a job that cannot start fails with the reason
+            self._busy.discard(job.id)
+            log.exception("job %s could not start", job.id)
+            self._release(job, "job could not start")
+            self.store.transition(
+                job, JobState.FAILED, f"could not start: {exc}", grant_id=None,
+                error={"summary": f"could not start: {exc}"},
+            )
+            return
+        self._busy.discard(job.id)
+        now = self.broker.clock()
+        data = handle.to_json()
+        data["started_at"] = now
+        self.store.transition(
+            job, JobState.RUNNING, f"running on {self.backend.name} (attempt {job.attempt})",
+            handle=data, started_at=job.started_at or now,
+        )
+
+    def _run_spec(self, job: Job, grant: Grant) -> RunSpec:
+        notebook = self.store.notebook(job.id)
+        out = self.output_file(job)
+        kernel = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("name") or ""
+        return RunSpec(
+            job_id=job.id,
+            attempt=job.attempt,
+            user=job.user,
+            notebook=notebook,
+            parameters=job.parameters,
+            output_path=out,
+            cwd=os.path.dirname(out),
+            env=self._job_env(grant),
+            max_runtime_s=job.max_runtime_s,
+            kernel_name=kernel,
+        )
+
+    def _job_env(self, grant: Grant) -> dict[str, str]:
+        from ..broker.client import GrantInfo
+        from ..spawner.enforcement import local_env
+
+        if self._real_gpus is None:
+            from ..spawner.local import real_gpus_present
+
+            self._real_gpus = real_gpus_present()
+        env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
+        info = GrantInfo.from_json(self.broker.grant_view(grant))
+        env.update(
+            local_env(
+                info, mps=False, real_gpus_present=self._real_gpus, broker_url="",
+                inherited_pythonpath=env.get("PYTHONPATH", ""),
+            )
+        )
+        return env
+
+    async def _signal(self, job: Job, reason: str) -> None:
+        handle = _handle(job)
+        self._busy.add(job.id)
+        try:
+            if handle is not None:
+                await self._call(self.backend.signal, handle)
+        finally:
+            self._busy.discard(job.id)
+        self.store.note(job, f"{reason}: SIGTERM sent", preempt_signalled=True)
+
+    async def _poll(self, jobs: list[Job]) -> None:
+        for job in jobs:
+            self._busy.add(job.id)
+        try:
+            statuses = await self._call(self._poll_all, jobs)
+        finally:
+            for job in jobs:
+                self._busy.discard(job.id)
+        now = self.broker.clock()
+        for job, status in zip(jobs, statuses, strict=True):
+            if job.state is not JobState.RUNNING:
+                continue
+            if status.alive or status.alive is None:
+                await self._enforce_limits(job, now)
+                continue
+            self.settle(job, status)
+
+    def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
+        out = []
+        for job in jobs:
+            handle = _handle(job)
+            out.append(self.backend.poll(handle) if handle else RunStatus(alive=False))
+        return out
+
+    async def _enforce_limits(self, job: Job, now: float) -> None:
+        handle = _handle(job)
+        if handle is None or job.handle is None:
+            return
+        began = float(job.handle.get("started_at") or now)
+        if now - began > job.max_runtime_s and not job.handle.get("over_runtime"):
+            self.store.update(job, handle=dict(job.handle, over_runtime=True, kill_at=now))
+            await self._call(self.backend.kill, handle)
+            return
+        cancel_at = job.handle.get("cancel_at")
+        if job.cancel_requested and cancel_at and now >= float(cancel_at) + self.cancel_grace_s:
+            await self._call(self.backend.kill, handle)
+
+    async def _kill_for_lost_grant(self, job: Job) -> None:
+        handle = _handle(job)
+        if handle is not None:
+            await self._call(self.backend.kill, handle)
+        why = self._release_reason(job.grant_id) or "released"
+        self.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
+
+    def settle(self, job: Job, status: RunStatus) -> None:
+        """A run ended: release its grant and write the job's outcome."""
+        over = bool(job.handle and job.handle.get("over_runtime"))
+        state = final_state(status.exit_code if status.finished else None,
+                            job.preempt_signalled, job.cancel_requested)
+        error = status.error
+        if over and not job.cancel_requested:
+            state = JobState.FAILED
+            reason = f"stopped: over its maximum runtime of {job.max_runtime_s}s"
+            error = {"summary": reason}
+        elif state is JobState.SUCCEEDED:
+            reason = "succeeded"
+        elif state is JobState.CANCELLED:
+            reason = "cancelled"
+        elif state is JobState.PREEMPTED:
+            reason = "preempted: " + (self._release_reason(job.grant_id) or "its grant was "
+                                      "reclaimed")
+        elif status.finished:
+            reason = (error or {}).get("summary") or f"failed (exit code {status.exit_code})"
+        else:
+            reason = f"its process ended without a result (exit code {status.exit_code})"
+            error = error or {"summary": reason}
+        hours = self._release(job, f"job {state.value}", drain=state is not JobState.PREEMPTED)
+        self.store.transition(
+            job, state, reason, error=error, gpu_hours=job.gpu_hours + hours, grant_id=None,
+        )
+        if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
+            self.store.prune(job.user, self.max_jobs_kept_per_user)
+
+    def _release(self, job: Job, reason: str, *, drain: bool = True) -> float:
+        """Release the job's grant if it still lives; the GPU-hours of this attempt."""
+        now = self.broker.clock()
+        grant = self.broker.state.grants.get(job.grant_id or "")
+        if grant is not None:
+            self.broker.release(grant.id, f"released: {reason}", drain=drain)
+            return grant.units_milli / UNIT * max(0.0, now - grant.granted_at) / 3600.0
+        if not job.grant_id:
+            return 0.0
+        with self.broker.engine.connect() as conn:
+            row = conn.execute(
+                select(grants_table.c.units_milli, grants_table.c.granted_at,
+                       grants_table.c.released_at).where(grants_table.c.id == job.grant_id)
+            ).first()
+        if row is None:
+            return 0.0
+        end = row.released_at if row.released_at is not None else now
+        return row.units_milli / UNIT * max(0.0, end - row.granted_at) / 3600.0
+
+    def _release_reason(self, grant_id: str | None) -> str | None:
+        if not grant_id:
+            return None
+        info = self.broker.preempt_info.get(grant_id)
+        if info:
+            return info[0]
+        with self.broker.engine.connect() as conn:
+            return conn.execute(
+                select(grants_table.c.release_reason).where(grants_table.c.id == grant_id)
+            ).scalar()
+
+    def _requeue_or_fail(self, job: Job) -> None:
+        if job.grant_id and job.grant_id in self.broker.state.grants:
+            self._release(job, "job preempted", drain=False)
+            return  # asked again on the next pass, after the preemptor got its grant
+        if job.cancel_requested:
+            self.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
+        elif may_requeue(job.attempt, self.max_attempts):
+            self._ask_again(job, job.attempt + 1, f"requeued after preemption "
+                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
+        else:
+            self.store.transition(
+                job, JobState.FAILED, f"preempted {job.attempt} times (max_attempts)",
+            )
+
+    def _ask_again(self, job: Job, attempt: int, reason: str) -> None:
+        """Queue ``job`` again with a new batch request (same spec, same age)."""
+        rid = new_id("r")
+        spec = dict(job.request_spec, id=rid)
+        changes: dict[str, Any] = dict(
+            request_id=rid, attempt=attempt, grant_id=None, handle=None,
+            preempt_signalled=False,
+        )
+        if job.state is JobState.QUEUED:
+            self.store.note(job, reason, **changes)
+        else:
+            self.store.transition(job, JobState.QUEUED, reason, **changes)
+        view = self.broker.submit(spec_to_request(spec))
+        if view["status"] == "refused":
+            self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
+
+    # -- preemption, from the broker's preemption runner ------------------------------------
+
+    def job_of_grant(self, grant: Grant) -> Job | None:
+        job = self.store.live.get(grant.request.holder)
+        if job is None or job.grant_id != grant.id:
+            return None
+        return job
+
+    async def preempt_now(self, grant: Grant, reason: str) -> None:
+        """The grace period is over: SIGKILL the run and settle it as preempted."""
+        job = self.job_of_grant(grant)
+        if job is None or job.state is not JobState.RUNNING:
+            return
+        handle = _handle(job)
+        if not job.preempt_signalled:
+            self.store.note(job, f"preemption: {reason}", preempt_signalled=True)
+        if handle is None:
+            return
+        self._busy.add(job.id)
+        try:
+            await self._call(self.backend.kill, handle)
+            status = RunStatus(alive=True)
+            for _ in range(50):
+                status = await self._call(self.backend.poll, handle)
+                if not status.alive:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            self._busy.discard(job.id)
+        if job.state is JobState.RUNNING:
+            self.settle(job, replace(status, alive=False))
+
+    def holder_alive(self, grant: Grant) -> bool | None:
+        """For reconcile: whether a batch grant's job exists and holds it."""
+        job = self.store.live.get(grant.request.holder)
+        if job is None:
+            return False  # finished or never stored: the grant has no holder
+        return job.grant_id == grant.id or job.request_id == grant.request.id
+
+    # -- cancel -----------------------------------------------------------------------------
+
+    async def cancel(self, job: Job) -> Job:
+        """Cancel a queued job at once; a running one gets SIGTERM, then SIGKILL."""
+        if job.terminal:
+            return job
+        if job.state is JobState.QUEUED:
+            if job.request_id and (job.request_id in self.broker.queue
+                                   or job.request_id in self.broker.pending):
+                self.broker.cancel(job.request_id)
+            grant = self._batch_grants().get(job.request_id or "")
+            if grant is not None:
+                self.broker.release(grant.id, "released: job cancelled")
+            self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
+            return job
+        if job.state is JobState.ADMITTED and job.id not in self._busy:
+            self._release(job, "job cancelled")
+            self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
+                                  grant_id=None)
+            return job
+        now = self.broker.clock()
+        self.store.note(
+            job, f"cancel asked: SIGTERM, SIGKILL after {self.cancel_grace_s:g}s",
+            cancel_requested=True,
+            handle=dict(job.handle or {}, cancel_at=now) if job.handle else job.handle,
+        )
+        handle = _handle(job)
+        if handle is not None:
+            await self._call(self.backend.signal, handle)
+        self.wake.set()
+        return job
+
+    # -- restart ----------------------------------------------------------------------------
+
+    async def recover(self) -> list[str]:
+        """After a start of the broker: settle, reattach or requeue every unfinished job."""
+        changes: list[str] = []
+        jobs = self.store.load()
+        grants = self._batch_grants()
+        for job in jobs:
+            if job.state is JobState.QUEUED:
+                continue  # the loop checks its request
+            if job.state not in (JobState.ADMITTED, JobState.RUNNING):
+                continue
+            handle = _handle(job) or RunHandle(self.backend.name, job.id, job.attempt)
+            status: RunStatus = await self._call(self.backend.poll, handle)
+            verdict = restart_verdict(
+                job.state, status.started, status.alive, status.finished, job.checkpoint,
+                job.attempt, self.max_attempts,
+            )
+            live = job.grant_id in self.broker.state.grants or job.request_id in grants
+            changes.append(f"job {job.id} ({job.state.value}): {verdict.value}")
+            if verdict is Verdict.START:
+                continue  # the loop starts it (or asks again if its grant is gone)
+            if job.state is JobState.ADMITTED:
+                # it started before the broker died but was not recorded as running
+                self.store.transition(
+                    job, JobState.RUNNING, "found running after a broker restart",
+                    handle=dict(handle.to_json(), started_at=self.broker.clock()),
+                )
+            if verdict is Verdict.REATTACH:
+                self.store.note(job, "reattached after a broker restart")
+                if not live:
+                    await self._kill_for_lost_grant(job)
+            elif verdict is Verdict.FINISH:
+                self.settle(job, status)
+            elif verdict is Verdict.REQUEUE:
+                self._release(job, "job died while the broker was down", drain=False)
+                self._ask_again(job, job.attempt + 1, "its process ended while the broker was "
+                                "down, without a result: requeued (it checkpoints)")
+            else:
+                hours = self._release(job, "job died while the broker was down")
+                self.store.transition(
+                    job, JobState.FAILED,
+                    "its process ended while the broker was down, without a result",
+                    gpu_hours=job.gpu_hours + hours, grant_id=None,
+                    error={"summary": "the job's process ended while the broker was down"},
+                )
+        for line in changes:
+            log.warning("jobs on start: %s", line)
+        return changes
+
+
+def _handle(job: Job) -> RunHandle | None:
+    if not job.handle:
+        return None
+    try:
+        return RunHandle.from_json(job.handle)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("job task failed", exc_info=task.exception())
+
+
+class JobsBatchBackend(BatchBackend):
+    """The broker's batch backend hook for jobs: preemption at the deadline and liveness."""
+
+    manager: JobManager | None = None
+
+    async def preempt(self, grant: Grant, reason: str) -> None:
+        if self.manager is not None:
+            await self.manager.preempt_now(grant, reason)
+
+    async def job_alive(self, grant: Grant) -> bool | None:
+        if self.manager is None:
+            return None
+        return self.manager.holder_alive(grant)

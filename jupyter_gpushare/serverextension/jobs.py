@@ -1,0 +1,272 @@
+"""The jobs routes JupyterLab calls (``/gpushare/api/jobs...``), relayed to the broker.
+
+The server takes the notebook from the user's own files (through the contents manager,
+so a path outside the server's root is refused), sends the snapshot to the broker with
+the server's own token (``$JUPYTERHUB_API_TOKEN``), and relays the broker's answers as
+they are (status, body, the field a refusal names). The executed notebook is written by
+the job itself into the user's files (``output_path``, relative to the same root), so it
+arrives even when this server is no longer running.
+
+Routes (all authenticated, ``gpushare`` resource):
+
+* ``POST /gpushare/api/jobs`` ``{path, profile, priority?, max_runtime?, checkpoint?,
+  parameters?, team?, output_path?, backend?}``
+* ``GET /gpushare/api/jobs``; ``GET|DELETE /gpushare/api/jobs/{id}``;
+  ``GET /gpushare/api/jobs/{id}/events``, ``/output``, ``/log`` (``?follow=1``: SSE)
+* ``GET /gpushare/api/jobs/options?path=NB`` the broker's options plus the notebook's
+  ``parameters`` cell (its source and the parameters papermill finds in it)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import posixpath
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.iostream import StreamClosedError
+
+AUTH_RESOURCE = "gpushare"
+FIELDS = ("profile", "priority", "max_runtime", "checkpoint", "parameters", "team",
+          "output_path", "backend")
+
+
+def broker_base() -> str:
+    return os.environ.get("GPUSHARE_BROKER_URL", "").rstrip("/")
+
+
+def _token() -> str:
+    return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+
+class _JobsHandler(ExtensionHandlerMixin, APIHandler):
+    auth_resource = AUTH_RESOURCE
+
+    def _fail(self, status: int, message: str, field: str | None = None) -> None:
+        self.set_status(status)
+        body: dict[str, Any] = {"error": message}
+        if field:
+            body["field"] = field
+        self.finish(json.dumps(body))
+
+    async def broker(
+        self, method: str, path: str, body: Any = None, timeout: float = 30.0,
+    ) -> tuple[int, bytes, str]:
+        base = broker_base()
+        if not base:
+            return 503, json.dumps({"error": "no gpushare broker configured "
+                                    "(GPUSHARE_BROKER_URL)"}).encode(), "application/json"
+        req = HTTPRequest(
+            base + path, method=method,
+            headers={"Authorization": f"token {_token()}", "Content-Type": "application/json"},
+            body=None if body is None else json.dumps(body),
+            allow_nonstandard_methods=True, request_timeout=timeout,
+        )
+        try:
+            resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+        except (OSError, HTTPClientError, StreamClosedError) as exc:
+            why = json.dumps({"error": f"cannot reach the gpushare broker: {exc}"})
+            return 503, why.encode(), "application/json"
+        if resp.code == 599:
+            return 503, json.dumps({"error": f"cannot reach the gpushare broker: "
+                                    f"{resp.error}"}).encode(), "application/json"
+        return resp.code, resp.body or b"", resp.headers.get("Content-Type", "application/json")
+
+    async def relay(self, method: str, path: str, body: Any = None) -> None:
+        status, data, ctype = await self.broker(method, path, body)
+        self.set_status(status)
+        self.set_header("Content-Type", ctype)
+        self.finish(data)
+
+    async def read_notebook(self, path: Any) -> dict[str, Any] | None:
+        """The notebook at ``path`` in this server's files, or None after answering 4xx."""
+        if not isinstance(path, str) or not path.strip():
+            self._fail(400, "path is required: the notebook's path in your files", "path")
+            return None
+        norm = posixpath.normpath(path.strip().lstrip("/"))
+        if path.strip().startswith(("/", "~")) or norm == ".." or norm.startswith("../"):
+            self._fail(400, f"{path} is outside your files", "path")
+            return None
+        if not norm.endswith(".ipynb"):
+            self._fail(400, f"{path} is not a notebook (.ipynb)", "path")
+            return None
+        cm = self.contents_manager
+        try:
+            model = await _maybe_await(cm.get(norm, content=True, type="notebook"))
+        except web.HTTPError as exc:
+            if exc.status_code == 404:
+                self._fail(404, f"no notebook {norm} in your files", "path")
+            else:
+                self._fail(400, f"{norm} cannot be read as a notebook: {exc.log_message}", "path")
+            return None
+        except Exception as exc:  # noqa: BLE001 - a file that is not a notebook
+            self._fail(400, f"{norm} is not a valid notebook: {exc}", "path")
+            return None
+        return {"path": norm, "name": model["name"], "content": json.loads(json.dumps(
+            model["content"]))}
+
+
+async def _maybe_await(value: Any) -> Any:
+    if hasattr(value, "__await__"):
+        return await value
+    return value
+
+
+class JobsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            self._fail(400, "the body must be a JSON object", "body")
+            return
+        if not isinstance(body, dict):
+            self._fail(400, "the body must be a JSON object", "body")
+            return
+        nb = await self.read_notebook(body.get("path"))
+        if nb is None:
+            return
+        out = {k: body[k] for k in FIELDS if k in body}
+        out.update(notebook=nb["content"], name=nb["name"], path=nb["path"])
+        await self.relay("POST", "/jobs", out)
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await self.relay("GET", "/jobs")
+
+
+class JobOptionsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        status, data, _ = await self.broker("GET", "/jobs/options")
+        if status != 200:
+            self.set_status(status)
+            self.finish(data)
+            return
+        options = json.loads(data)
+        path = self.get_query_argument("path", None)
+        options["notebook"] = None
+        if path:
+            nb = await self.read_notebook(path)
+            if nb is None:
+                return
+            options["notebook"] = {"path": nb["path"], "name": nb["name"],
+                                   **parameters_cell(nb["content"])}
+        self.finish(json.dumps(options))
+
+
+def parameters_cell(nb: dict[str, Any]) -> dict[str, Any]:
+    """The notebook's ``parameters`` cell (papermill's tag) and the parameters in it."""
+    for cell in nb.get("cells") or []:
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if cell.get("cell_type") == "code" and "parameters" in tags:
+            source = cell.get("source") or ""
+            source = "".join(source) if isinstance(source, list) else source
+            found: list[dict[str, Any]] = []
+            try:
+                import nbformat
+                from papermill.translators import papermill_translators
+
+                kernel = ((nb.get("metadata") or {}).get("kernelspec") or {})
+                language = kernel.get("language") or "python"
+                translator = papermill_translators.find_translator(
+                    kernel.get("name") or "python3", language
+                )
+                for p in translator.inspect(nbformat.v4.new_code_cell(source)):
+                    found.append({"name": p.name, "type": p.inferred_type_name,
+                                  "default": p.default, "help": p.help})
+            except Exception:  # noqa: BLE001 - a language papermill cannot inspect
+                found = []
+            return {"parameters_cell": source, "parameters": found}
+    return {"parameters_cell": None, "parameters": []}
+
+
+class JobHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.relay("GET", f"/jobs/{quote(job_id, safe='')}")
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        await self.relay("DELETE", f"/jobs/{quote(job_id, safe='')}")
+
+
+class JobEventsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.relay("GET", f"/jobs/{quote(job_id, safe='')}/events")
+
+
+class JobOutputHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        await self.relay("GET", f"/jobs/{quote(job_id, safe='')}/output")
+
+
+class JobLogHandler(_JobsHandler):
+    """The log as text (``offset``, ``tail``), or followed as server-sent events."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        args = {k: self.get_query_argument(k) for k in ("offset", "tail", "follow")
+                if self.get_query_argument(k, None) is not None}
+        path = f"/jobs/{quote(job_id, safe='')}/log"
+        if args:
+            path += "?" + urlencode(args)
+        if args.get("follow") not in ("1", "true"):
+            status, data, ctype = await self.broker("GET", path)
+            self.set_status(status)
+            self.set_header("Content-Type", ctype)
+            self.finish(data)
+            return
+        status, data, _ = await self.broker("GET", f"/jobs/{quote(job_id, safe='')}")
+        if status != 200:
+            self.set_status(status)
+            self.finish(data)
+            return
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+
+        def chunk(part: bytes) -> None:
+            try:
+                self.write(part)
+                self.flush()
+            except StreamClosedError:
+                pass
+
+        req = HTTPRequest(
+            broker_base() + path,
+            headers={"Authorization": f"token {_token()}", "Accept": "text/event-stream"},
+            streaming_callback=chunk, request_timeout=24 * 3600.0,
+        )
+        with contextlib.suppress(OSError, HTTPClientError, StreamClosedError):
+            await AsyncHTTPClient().fetch(req, raise_error=False)
+        if not self._finished:
+            self.finish()
+
+
+def job_handlers() -> list[tuple[str, type]]:
+    """Routes, relative to the server's base URL."""
+    return [
+        (r"/gpushare/api/jobs", JobsHandler),
+        (r"/gpushare/api/jobs/options", JobOptionsHandler),
+        (r"/gpushare/api/jobs/([^/]+)", JobHandler),
+        (r"/gpushare/api/jobs/([^/]+)/events", JobEventsHandler),
+        (r"/gpushare/api/jobs/([^/]+)/output", JobOutputHandler),
+        (r"/gpushare/api/jobs/([^/]+)/log", JobLogHandler),
+    ]
