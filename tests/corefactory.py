@@ -49,6 +49,7 @@ def policy(
     headroom: float = 0.2,
     per_user_cap: float | None = None,
     budgets: dict[str, float] | None = None,
+    priorities: tuple[PriorityClass, ...] = PRIORITIES,
 ) -> Policy:
     """A policy with one node per pool (or ``node_count``), teams with (guaranteed, borrow)."""
     pools = pools or {"train": SharingMode.EXCLUSIVE}
@@ -67,7 +68,7 @@ def policy(
         )
         for team, per_pool in quotas.items()
     )
-    return Policy(all_nodes, pool_objs, PRIORITIES, teams)
+    return Policy(all_nodes, pool_objs, priorities, teams)
 
 
 _ids = itertools.count()

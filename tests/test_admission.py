@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from corefactory import policy, request
+from corefactory import PRIORITIES, policy, request
 
 from jupyter_gpushare.core.admission import AdmissionFacts, Outcome, decide
-from jupyter_gpushare.core.model import Kind, SharingMode
+from jupyter_gpushare.core.model import Kind, PriorityClass, SharingMode
+from jupyter_gpushare.core.preemption import is_candidate, plan_preemption
 from jupyter_gpushare.core.state import ClusterState
 
 TRAIN = {"train": SharingMode.EXCLUSIVE}
@@ -170,3 +171,78 @@ def test_a_retried_decision_does_not_teach_placement_the_shape_again() -> None:
     assert _index(state).workload.seen == seen
     decide(state, req, "g1")
     assert _index(state).workload.seen == seen + 1
+
+
+# -- "an interactive server inside its team's guarantee is never preempted" -------------------
+# With the stock priority classes an interactive server is also non-preemptible, so the rule
+# could be removed unnoticed: these use a preemptible class that interactive servers may run
+# at ("spot", below every other), so only the rule itself keeps them safe.
+
+SPOT = PRIORITIES + (PriorityClass("spot", 50, preemptible=True, grace_period_s=5),)
+
+
+def _spot_state(quotas: dict, pools: dict | None = None, gpus: int = 4) -> ClusterState:
+    return ClusterState(policy(quotas, pools or TRAIN, gpus=gpus, priorities=SPOT))
+
+
+def test_own_team_never_preempts_its_interactive_spot_server_inside_the_guarantee() -> None:
+    state = _spot_state({"a": {"train": (5, 0)}})
+    for i in range(4):
+        grant(state, request("a", "train", whole=1, priority="spot", user=f"u{i}"), f"s{i}")
+    job = request("a", "train", whole=1, priority="training", kind=Kind.BATCH)
+    decision = decide(state, job, "t", AdmissionFacts(now=100))
+    assert decision.outcome is Outcome.QUEUED, decision.reason
+    assert decision.code == "no_capacity" and not decision.victims
+    assert plan_preemption(state, job, 1000, 100) is None
+
+
+def test_another_teams_guarantee_never_preempts_an_interactive_spot_server_inside_its_own() -> None:
+    # an over-subscribed pool: a's guarantee holds all four cards, b's guarantee asks for one
+    state = _spot_state({"a": {"train": (4, 0)}, "b": {"train": (2, 0)}})
+    for i in range(4):
+        grant(state, request("a", "train", whole=1, priority="spot", user=f"u{i}"), f"s{i}")
+    for kind, outcome in ((Kind.BATCH, Outcome.QUEUED), (Kind.INTERACTIVE, Outcome.REFUSED)):
+        ask = request("b", "train", whole=1, priority="training", kind=kind)
+        decision = decide(state, ask, "t", AdmissionFacts(now=100))
+        assert decision.outcome is outcome, decision.reason
+        assert not decision.victims
+    assert not any(is_candidate(g, ask, 1000) for g in state.grants.values())
+
+
+def test_interactive_spot_share_inside_the_guarantee_is_safe_in_a_shared_pool_too() -> None:
+    state = _spot_state({"a": {"shared": (1, 0)}, "b": {"shared": (1, 0)}},
+                        {"shared": SharingMode.SHARED}, gpus=1)
+    for i in range(4):
+        grant(state, request("a", "shared", fraction=0.25, priority="spot", user=f"u{i}"),
+              f"s{i}")
+    ask = request("b", "shared", fraction=0.5, priority="training", kind=Kind.BATCH)
+    decision = decide(state, ask, "t", AdmissionFacts(now=100))
+    assert decision.outcome is Outcome.QUEUED and not decision.victims, decision.reason
+
+
+def test_the_same_spot_grants_are_preempted_when_they_are_batch_or_borrowed() -> None:
+    """The controls: what makes the servers above safe is being interactive inside the
+    guarantee, not anything else of the setup."""
+    state = _spot_state({"a": {"train": (4, 0)}, "b": {"train": (2, 0)}})
+    for i in range(4):
+        grant(state, request("a", "train", whole=1, priority="spot", kind=Kind.BATCH,
+                             user=f"u{i}", checkpointing=True), f"s{i}")
+    decision = decide(state, request("b", "train", whole=1, priority="training",
+                                     kind=Kind.BATCH), "t", AdmissionFacts(now=100))
+    assert decision.outcome is Outcome.PREEMPTING and len(decision.victims) == 1
+    # borrowed interactive servers are reclaimable by the owning team, even non-preemptible
+    state = _spot_state({"a": {"train": (0, 4)}, "b": {"train": (4, 0)}})
+    for i in range(4):
+        g = grant(state, request("a", "train", whole=1, user=f"u{i}"), f"i{i}")
+        assert g.borrowed
+    decision = decide(state, request("b", "train", whole=1), "t", AdmissionFacts(now=100))
+    assert decision.outcome is Outcome.PREEMPTING and len(decision.victims) == 1
+
+
+def test_interactive_server_inside_the_guarantee_is_not_a_candidate_at_any_priority() -> None:
+    state = _spot_state({"a": {"train": (4, 0)}, "b": {"train": (4, 0)}})
+    server = grant(state, request("a", "train", whole=1, priority="spot"), "srv")
+    assert server.preemptible and not server.borrowed
+    for team in ("a", "b"):
+        ask = request(team, "train", whole=1, priority="training", kind=Kind.BATCH)
+        assert not is_candidate(server, ask, 10**6)

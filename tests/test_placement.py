@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_core_invariants import recount
 
 from jupyter_gpushare.core.fragmentation import FragTable, Workload, target_shapes
 from jupyter_gpushare.core.model import (
     GPU,
     GPUAsk,
+    GPUSlice,
     Grant,
     Node,
+    Placement,
     Policy,
     Pool,
     PriorityClass,
@@ -57,6 +60,8 @@ def make_request(i: int, kind: str, amount: int, cpu: int, ram: int, models: tup
         ask = GPUAsk(fraction_milli=amount)
     elif kind == "override":
         ask = GPUAsk(fraction_milli=amount, memory_mib=amount * 8)
+    elif kind.startswith("memory:"):  # limited by memory, not compute: a small share, much memory
+        ask = GPUAsk(fraction_milli=amount, memory_mib=int(kind.split(":")[1]))
     else:
         ask = GPUAsk()
     return Request(f"r{i}", "u", "t", "shared", ask, "p", cpu_milli=cpu, memory_mib=ram,
@@ -77,6 +82,9 @@ request_st = st.one_of(
     st.tuples(st.just("whole"), st.sampled_from([1, 2, 4, 8])),
     st.tuples(st.just("fraction"), st.integers(50, 999)),
     st.tuples(st.just("override"), st.integers(50, 999)),
+    # 16000 MiB cards with 12800 shareable (20 % headroom): 13000 MiB never fits then
+    st.tuples(st.sampled_from(["memory:3000", "memory:6000", "memory:9000", "memory:12800",
+                               "memory:13000"]), st.integers(50, 300)),
     st.tuples(st.just("cpu"), st.just(0)),
 ).flatmap(
     lambda r: st.tuples(
@@ -111,24 +119,49 @@ def test_packing_never_over_allocates_and_fails_only_when_nothing_fits(
             gs = ns.by_uuid[sl.gpu_uuid]
             assert not models or gs.gpu.model in models
         state.apply(grant_for(i, request, placement))  # raises CapacityError on over-allocation
-        for node in state.nodes.values():
-            assert node.free_cpu >= 0 and node.free_mem >= 0
-            for gs in node.gpus:
-                assert gs.used_mib <= gs.capacity_mib or gs.whole
-                assert gs.used_compute <= 1000
+        recount(state, quotas=False)  # memory and compute per GPU, summed from the grants
 
 
 @settings(max_examples=30, deadline=None)
 @given(st.lists(request_st, min_size=1, max_size=40), st.data())
 def test_packing_keeps_up_with_releases(reqs: list, data: st.DataObject) -> None:
-    state = make_state([(4, "A100", 96000, 262144), (2, "T4", 32000, 65536)], 0.2)
+    """Through grants and releases, the state's counters equal those of a state rebuilt
+    from the same grants, placement never over-commits (recounted from the grants), it
+    refuses only what no node can host (its indices saw every release), a released grant's
+    own shape fits again where it was, and releasing everything empties the cluster."""
+    specs = [(4, "A100", 96000, 262144), (2, "T4", 32000, 65536)]
+    state = make_state(specs, 0.2)
     for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
         request = make_request(i, kind, amount, cpu, ram, models)
+        fresh = make_state(specs, 0.2)
+        for g in sorted(state.grants.values(), key=lambda g: int(g.id[1:])):
+            fresh.apply(g)
+        assert _counters(state) == _counters(fresh)
         placement = place(state, request)
-        if placement is not None:
+        if placement is None:
+            assert all(place_on_node(ns, request) is None for ns in state.nodes.values())
+        else:
             state.apply(grant_for(i, request, placement))
+            recount(state, quotas=False)
         if state.grants and data.draw(st.booleans()):
-            state.release(data.draw(st.sampled_from(sorted(state.grants))))
+            gone = state.release(data.draw(st.sampled_from(sorted(state.grants))))
+            recount(state, quotas=False)
+            # the released grant's own shape fits again right where it was
+            ns = state.nodes[gone.placement.node]
+            assert place_on_node(ns, gone.request) is not None, gone
+    for gid in list(state.grants):
+        state.release(gid)
+    for ns in state.nodes.values():
+        assert (ns.free_cpu, ns.free_mem) == (ns.node.cpu_milli, ns.node.memory_mib)
+        assert all((g.used_mib, g.used_compute, g.holders) == (0, 0, 0) for g in ns.gpus)
+
+
+def _counters(state: ClusterState) -> list[tuple]:
+    return [
+        (ns.free_cpu, ns.free_mem, [(g.used_mib, g.used_compute, g.holders, g.whole)
+                                    for g in ns.gpus])
+        for ns in state.nodes.values()
+    ]
 
 
 def test_fraction_goes_where_it_fragments_least() -> None:
@@ -217,7 +250,7 @@ def test_best_fit_index_answers_what_the_scan_would(
 
     state = make_mixed_state(node_specs)
     for i, ((kind, amount, cpu, ram, models), pool) in enumerate(reqs):
-        if pool == "shared" and kind != "override":
+        if pool == "shared" and kind != "override" and not kind.startswith("memory:"):
             kind = "override"
             amount = max(amount, 50)
         request = replace(make_request(i, kind, amount, cpu, ram, models), pool=pool)
@@ -289,3 +322,24 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
                 plain.cordon(name, flag)
     finally:
         placement_mod._SHORT_LIST = short
+
+
+def test_a_share_limited_by_memory_goes_only_where_its_memory_fits() -> None:
+    """Two 16000 MiB cards (12800 shareable): card 0 has compute left but little memory,
+    card 1 less compute but the memory. A small share that asks much memory goes to card 1,
+    and one that fits nowhere by memory is refused though compute is free on both."""
+    state = make_state([(2, "T4", 32000, 65536)], 0.2)
+    state.apply(grant_for(0, make_request(0, "memory:12000", 100, 0, 0, ()),
+                          Placement("n0", (GPUSlice("n0-g0", 12000, 100),))))
+    state.apply(grant_for(1, make_request(1, "fraction", 600, 0, 0, ()),
+                          Placement("n0", (GPUSlice("n0-g1", 7680, 600),))))
+    # card 0: 800 MiB, 90 % compute free; card 1: 5120 MiB, 40 % compute free
+    needs_memory = make_request(2, "memory:2000", 300, 0, 0, ())
+    placement = place(state, needs_memory)
+    assert placement is not None and [s.gpu_uuid for s in placement.slices] == ["n0-g1"]
+    assert place_on_node(state.nodes["n0"], needs_memory) == placement
+    too_big = make_request(3, "memory:6000", 50, 0, 0, ())
+    assert place(state, too_big) is None
+    assert place_on_node(state.nodes["n0"], too_big) is None
+    state.apply(grant_for(2, needs_memory, placement))
+    recount(state, quotas=False)
