@@ -11,26 +11,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
-
-from ..policy import (  # the policy package's YAML reader and field helpers
-    PolicyError,
-    PolicyIssue,
-    YList,
-    YMap,
-    _as_map,
-    _bool,
-    _choice,
-    _Ctx,
-    _entries,
-    _Fields,
-    _int,
-    _LineLoader,
-    _positive,
-    _str,
-    _unknown_ref,
-)
+from ..policy import PolicyError, PolicyIssue, YList, YMap
 from ..policy_units import UnitError, parse_memory_mib, parse_ratio
+from .fields import Ctx, Fields, as_map, read_root, unknown_ref
+from .fields import boolean as _bool
+from .fields import choice as _choice
+from .fields import positive as _positive
+from .fields import text as _str
+from .fields import whole as _int
 from .model import (
     DTYPES,
     KINDS,
@@ -143,11 +131,11 @@ def _name(value: object) -> str:
 # ---------------------------------------------------------------------- catalogue
 
 
-def _parse_cards(ctx: _Ctx, root: _Fields, out: dict[str, Card]) -> None:
+def _parse_cards(ctx: Ctx, root: Fields, out: dict[str, Card]) -> None:
     keys = ("vendor", "model", "memory", "bf16_tflops", "power_w", "form", "source",
             "verified")
-    for name, body, _line, path in _entries(ctx, root, "cards"):
-        f = _Fields(ctx, body, path, keys)
+    for name, body, _line, path in root.entries("cards"):
+        f = Fields(ctx, body, path, keys)
         vendor = f.get("vendor", _name, required=True)
         model = f.get("model", _str, required=True)
         memory = f.get("memory", _bytes, required=True)
@@ -169,10 +157,10 @@ def _positive_float(value: object) -> float:
     raise UnitError("a number greater than 0")
 
 
-def _parse_models(ctx: _Ctx, root: _Fields, out: dict[str, ModelShape]) -> None:
+def _parse_models(ctx: Ctx, root: Fields, out: dict[str, ModelShape]) -> None:
     keys = ("params", "layers", "hidden", "heads", "kv_heads", "source")
-    for name, body, _line, path in _entries(ctx, root, "models"):
-        f = _Fields(ctx, body, path, keys)
+    for name, body, _line, path in root.entries("models"):
+        f = Fields(ctx, body, path, keys)
         params = f.get("params", _param_count, required=True)
         layers = f.get("layers", _positive(_int, "a whole number"), required=True)
         hidden = f.get("hidden", _positive(_int, "a whole number"), required=True)
@@ -189,27 +177,9 @@ def _parse_models(ctx: _Ctx, root: _Fields, out: dict[str, ModelShape]) -> None:
                                kv_heads, source)  # type: ignore[arg-type]
 
 
-def _read_root(ctx: _Ctx, text: str, what: str) -> YMap | None:
-    loader = _LineLoader(text)
-    try:
-        data = loader.get_single_data()
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
-        ctx.error(mark.line + 1 if mark else 0, "", f"malformed YAML: {problem or exc}")
-        return None
-    except yaml.YAMLError as exc:
-        ctx.error(0, "", f"malformed YAML: {exc}")
-        return None
-    finally:
-        loader.dispose()
-    for line, key in loader.duplicates:
-        ctx.error(line, key, "duplicate key (each key may appear once in a mapping)")
-    if not isinstance(data, YMap):
-        ctx.error(1, "", f"the {what} is empty or not a mapping (expected keys such as "
-                  + ("cards and models)" if what == "catalogue" else "teams, cards and racks)"))
-        return None
-    return data
+def _read_root(ctx: Ctx, text: str, what: str) -> YMap | None:
+    expected = "cards and models" if what == "catalogue" else "teams, cards and racks"
+    return read_root(ctx, text, expected)
 
 
 def _read_text(path: Path) -> str:
@@ -223,10 +193,10 @@ def _read_text(path: Path) -> str:
 def parse_catalogue(text: str, filename: str, cards: dict[str, Card],
                     models: dict[str, ModelShape]) -> list[PolicyIssue]:
     """Add the cards and models of one catalogue text; returns its issues."""
-    ctx = _Ctx(filename)
+    ctx = Ctx(filename)
     data = _read_root(ctx, text, "catalogue")
     if data is not None:
-        root = _Fields(ctx, data, "", ("cards", "models"))
+        root = Fields(ctx, data, "", ("cards", "models"))
         _parse_cards(ctx, root, cards)
         _parse_models(ctx, root, models)
     return ctx.issues
@@ -255,9 +225,9 @@ _WORK_KEYS = (
 )
 
 
-def _parse_workload(ctx: _Ctx, body: YMap, path: str, team: str, index: int,
+def _parse_workload(ctx: Ctx, body: YMap, path: str, team: str, index: int,
                     models: dict[str, ModelShape]) -> Workload | None:
-    f = _Fields(ctx, body, path, _WORK_KEYS)
+    f = Fields(ctx, body, path, _WORK_KEYS)
     kind = f.get("kind", _choice(*KINDS), required=True)
     name = f.get("name", _name, default=None)
     concurrent = f.get("concurrent", _positive(_int, "a whole number of tasks"), required=True)
@@ -267,7 +237,7 @@ def _parse_workload(ctx: _Ctx, body: YMap, path: str, team: str, index: int,
     if model_name is not None:
         model = models.get(model_name)
         if model is None:
-            ctx.error(f.line("model"), f"{path}.model", _unknown_ref("model", model_name, models))
+            ctx.error(f.line("model"), f"{path}.model", unknown_ref("model", model_name, models))
             return None
     dtypes = tuple(DTYPES)
     is_training = kind in ("training", "fine-tuning")
@@ -315,15 +285,15 @@ def _parse_workload(ctx: _Ctx, body: YMap, path: str, team: str, index: int,
     return workload
 
 
-def _parse_teams(ctx: _Ctx, root: _Fields, models: dict[str, ModelShape]) -> list[TeamSpec]:
+def _parse_teams(ctx: Ctx, root: Fields, models: dict[str, ModelShape]) -> list[TeamSpec]:
     teams: list[TeamSpec] = []
     if not root.has("teams"):
         root.missing("teams")
-    for name, body, line, path in _entries(ctx, root, "teams"):
+    for name, body, line, path in root.entries("teams"):
         if not _NAME.match(name):
             ctx.error(line, path, "a team name is letters, digits, '.', '_' and '-'")
             continue
-        f = _Fields(ctx, body, path, ("work", "growth", "description"))
+        f = Fields(ctx, body, path, ("work", "growth", "description"))
         growth = f.get("growth", _share)
         items = f.list("work", required=True)
         work: list[Workload] = []
@@ -331,7 +301,7 @@ def _parse_teams(ctx: _Ctx, root: _Fields, models: dict[str, ModelShape]) -> lis
         for i, item in enumerate(items or ()):
             ipath = f"{path}.work[{i}]"
             iline = items.item_lines[i] if isinstance(items, YList) else line
-            mapping = _as_map(ctx, item, iline, ipath)
+            mapping = as_map(ctx, item, iline, ipath)
             if mapping is None:
                 continue
             w = _parse_workload(ctx, mapping, ipath, name, i, models)
@@ -350,16 +320,16 @@ def _parse_teams(ctx: _Ctx, root: _Fields, models: dict[str, ModelShape]) -> lis
     return teams
 
 
-def _parse_cards_choice(ctx: _Ctx, root: _Fields, cards: dict[str, Card]) -> CardChoice | None:
+def _parse_cards_choice(ctx: Ctx, root: Fields, cards: dict[str, Card]) -> CardChoice | None:
     section = root.map("cards", required=True)
     if section is None:
         return None
-    f = _Fields(ctx, section, "cards", ("default", "train", "inference", "debug", "smaller"))
+    f = Fields(ctx, section, "cards", ("default", "train", "inference", "debug", "smaller"))
 
     def card(key: str) -> str | None:
         name = f.get(key, _str)
         if name is not None and name not in cards:
-            ctx.error(f.line(key), f"cards.{key}", _unknown_ref("card", name, cards))
+            ctx.error(f.line(key), f"cards.{key}", unknown_ref("card", name, cards))
             return None
         return name
 
@@ -370,7 +340,7 @@ def _parse_cards_choice(ctx: _Ctx, root: _Fields, cards: dict[str, Card]) -> Car
                       smaller)
 
 
-def _check_cards_cover(ctx: _Ctx, root: _Fields, choice: CardChoice, teams: list[TeamSpec]
+def _check_cards_cover(ctx: Ctx, root: Fields, choice: CardChoice, teams: list[TeamSpec]
                        ) -> None:
     """Every pool that has work needs a card."""
     chosen = {"train": choice.train, "inference": choice.inference, "debug": choice.debug}
@@ -384,12 +354,12 @@ def _check_cards_cover(ctx: _Ctx, root: _Fields, choice: CardChoice, teams: list
                   "inference, debug)")
 
 
-def _parse_racks(ctx: _Ctx, root: _Fields) -> Racks:
+def _parse_racks(ctx: Ctx, root: Fields) -> Racks:
     section = root.map("racks", required=True)
     if section is None:
         return Racks()
     keys = ("count", "power", "cooling", "gpus_per_server", "server_overhead", "max_servers")
-    f = _Fields(ctx, section, "racks", keys)
+    f = Fields(ctx, section, "racks", keys)
     positive = _positive(_int, "a whole number")
     power = f.get("power", _watts, required=True)
     return Racks(
@@ -402,19 +372,19 @@ def _parse_racks(ctx: _Ctx, root: _Fields) -> Racks:
     )
 
 
-def _parse_settings(ctx: _Ctx, root: _Fields) -> Settings:
+def _parse_settings(ctx: Ctx, root: Fields) -> Settings:
     planning = root.map("planning")
     growth_map = root.map("growth")
     headroom: float | None = 0.2
     reserve: int | None = 1024**3
     if planning is not None:
-        p = _Fields(ctx, planning, "planning", ("headroom", "runtime_reserve"))
+        p = Fields(ctx, planning, "planning", ("headroom", "runtime_reserve"))
         headroom = p.get("headroom", _headroom, default=0.2)
         reserve = p.get("runtime_reserve", _bytes, default=1024**3)
     growth: float | None = 0.0
     horizon: int | None = 12
     if growth_map is not None:
-        g = _Fields(ctx, growth_map, "growth", ("tasks", "horizon_months"))
+        g = Fields(ctx, growth_map, "growth", ("tasks", "horizon_months"))
         growth = g.get("tasks", _share, default=0.0)
         horizon = g.get("horizon_months", _positive(_int, "a number of months"), default=12)
     return Settings(headroom if headroom is not None else 0.2,
@@ -428,11 +398,11 @@ _TOP = ("organisation", "scheduler", "catalogues", "cards", "planning", "growth"
 def parse_plan_input(text: str, filename: str = "<string>",
                      extra_catalogues: tuple[str | Path, ...] = ()) -> PlanInput:
     """Read a planning input; raises :class:`PlanError` listing every error."""
-    ctx = _Ctx(filename)
+    ctx = Ctx(filename)
     data = _read_root(ctx, text, "planning input")
     if data is None:
         raise PlanError(ctx.issues)
-    root = _Fields(ctx, data, "", _TOP)
+    root = Fields(ctx, data, "", _TOP)
     files: list[str | Path] = list(extra_catalogues)
     listed = root.get("catalogues", _str_list_of_paths)
     base = Path(filename).parent

@@ -1,0 +1,226 @@
+"""Line-aware reading of the planning input's mappings (the policy's YAML reader underneath).
+
+The YAML itself is read by the policy package's loader, which remembers the line of every
+key, value and list item (:class:`~jupyter_gpushare.policy.YMap`, ``YList``); the issues
+are the policy's :class:`~jupyter_gpushare.policy.PolicyIssue`, so a planning input fails
+exactly the way a policy file does. What is here is the small typed-access layer the
+planner's sections need (the policy's own is driven by the policy schema).
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import yaml
+
+from ..policy import PolicyIssue, YList, YMap
+from ..policy_units import UnitError
+
+try:  # the policy package (jupyter_gpushare/policy/)
+    from ..policy.yamlread import _LineLoader
+except ImportError:  # pragma: no cover - the single-module policy of older trees
+    from ..policy import _LineLoader  # type: ignore[attr-defined,no-redef]
+
+T = TypeVar("T")
+
+__all__ = ["Ctx", "Fields", "describe", "read_root", "unknown_ref"]
+
+
+class Ctx:
+    """Collects the issues of one file."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.issues: list[PolicyIssue] = []
+
+    def error(self, line: int, path: str, message: str) -> None:
+        self.issues.append(PolicyIssue(self.filename, line, path, message))
+
+    @property
+    def failed(self) -> bool:
+        return any(i.severity == "error" for i in self.issues)
+
+
+def describe(value: object) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def unknown_ref(kind: str, name: str, known: Iterable[str]) -> str:
+    names = sorted(known)
+    listed = ", ".join(names) if names else "none are defined"
+    hint = difflib.get_close_matches(name, names, n=1)
+    extra = f"; did you mean {hint[0]!r}?" if hint else ""
+    return f"unknown {kind} {name!r} (expected one of: {listed}){extra}"
+
+
+def as_map(ctx: Ctx, value: object, line: int, path: str) -> YMap | None:
+    if isinstance(value, YMap):
+        return value
+    ctx.error(line, path, f"got {describe(value)} (expected a mapping of keys to values)")
+    return None
+
+
+def read_root(ctx: Ctx, text: str, expected: str) -> YMap | None:
+    """The top mapping of a YAML text (with every key's line), or ``None`` with the error."""
+    loader = _LineLoader(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        ctx.error(mark.line + 1 if mark else 0, "", f"malformed YAML: {problem or exc}")
+        return None
+    except yaml.YAMLError as exc:
+        ctx.error(0, "", f"malformed YAML: {exc}")
+        return None
+    finally:
+        loader.dispose()
+    for line, key in loader.duplicates:
+        ctx.error(line, key, "duplicate key (each key may appear once in a mapping)")
+    if not isinstance(data, YMap):
+        ctx.error(1, "", f"got {describe(data)} at the top (expected a mapping with {expected})")
+        return None
+    return data
+
+
+class Fields:
+    """Typed, line-aware access to the keys of one mapping; reports unknown keys."""
+
+    def __init__(self, ctx: Ctx, data: YMap, path: str, allowed: Iterable[str]):
+        self.ctx, self.data, self.path = ctx, data, path
+        names = tuple(allowed)
+        for key in data:
+            if key not in names:
+                hint = difflib.get_close_matches(str(key), names, n=1)
+                expected = (f"did you mean {hint[0]!r}?" if hint
+                            else "expected one of " + ", ".join(names))
+                ctx.error(self.key_line(key), join(path, key), f"unknown key ({expected})")
+
+    def key_line(self, key: object) -> int:
+        return self.data.key_lines.get(key, self.data.line)
+
+    def line(self, key: object) -> int:
+        return self.data.value_lines.get(key, self.data.line)
+
+    def missing(self, key: str) -> None:
+        if key in self.data:
+            self.ctx.error(self.key_line(key), join(self.path, key), "required field is empty")
+        else:
+            self.ctx.error(self.data.line, join(self.path, key), "required field is missing")
+
+    def has(self, key: str) -> bool:
+        return key in self.data and self.data[key] is not None
+
+    def get(self, key: str, conv: Callable[[object], T], *, required: bool = False,
+            default: T | None = None) -> T | None:
+        """The converted value of ``key``; a missing or bad value is reported, gives default."""
+        if not self.has(key):
+            if required:
+                self.missing(key)
+            return default
+        value = self.data[key]
+        try:
+            return conv(value)
+        except UnitError as exc:
+            self.ctx.error(self.line(key), join(self.path, key),
+                           f"got {describe(value)} (expected {exc})")
+            return default
+
+    def map(self, key: str, *, required: bool = False) -> YMap | None:
+        if not self.has(key):
+            if required:
+                self.missing(key)
+            return None
+        return as_map(self.ctx, self.data[key], self.line(key), join(self.path, key))
+
+    def list(self, key: str, *, required: bool = False) -> YList | None:
+        if not self.has(key):
+            if required:
+                self.missing(key)
+            return None
+        value = self.data[key]
+        if isinstance(value, YList):
+            return value
+        self.ctx.error(self.line(key), join(self.path, key),
+                       f"got {describe(value)} (expected a list)")
+        return None
+
+    def entries(self, key: str) -> builtins.list[tuple[str, YMap, int, str]]:
+        """Items of a mapping of mappings: (name, body, key line, path)."""
+        section = self.map(key)
+        if section is None:
+            return []
+        out = []
+        for name, body in section.items():
+            path = join(join(self.path, key), name)
+            line = section.key_lines.get(name, section.line)
+            if not isinstance(name, str) or not name:
+                self.ctx.error(line, path, f"got name {describe(name)} (expected a text name)")
+                continue
+            if body is None:
+                body = YMap()
+                body.line = line
+            mapping = as_map(self.ctx, body, section.value_lines.get(name, line), path)
+            if mapping is not None:
+                out.append((name, mapping, line, path))
+        return out
+
+
+# --------------------------------------------------------------------- converters
+
+
+def text(value: object) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise UnitError("a non-empty text")
+
+
+def whole(value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise UnitError("a whole number")
+
+
+def boolean(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UnitError("true or false")
+
+
+def positive(conv: Callable[[object], int], what: str) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        result = conv(value)
+        if result <= 0:
+            raise UnitError(f"{what} greater than 0")
+        return result
+
+    return check
+
+
+def choice(*options: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if isinstance(value, str) and value in options:
+            return value
+        hint = difflib.get_close_matches(str(value), options, n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise UnitError("one of " + ", ".join(options) + extra)
+
+    return check
+
+
+Converter = Callable[[object], Any]
