@@ -19,11 +19,12 @@ class GPUShareServerApp(ExtensionApp):
     load_other_extensions = True
 
     sampler = CaselessStrEnum(
-        ["auto", "nvml", "simulated"],
+        ["auto", "nvml", "amd", "metax", "simulated"],
         default_value="auto",
         config=True,
-        help="""Where samples come from: "nvml" (a real NVIDIA GPU), "simulated", or "auto"
-        (NVML where it finds a GPU, otherwise simulated; a grant of simulated GPUs is
+        help="""Where samples come from: "nvml" (a real NVIDIA GPU), "amd" (AMD SMI's amdsmi
+        library), "metax" (the mx-smi command), "simulated", or "auto" (NVML, else AMD SMI,
+        else mx-smi where they find a GPU, otherwise simulated; a grant of simulated GPUs is
         always sampled by the simulator). Simulated answers say "simulated": true.""",
     )
     sample_interval_s = Float(

@@ -50,6 +50,7 @@ class GPUSample:
     power_limit_w: float | None = None
     mig_mode: bool = False
     mig_devices: tuple[MIGSample, ...] = ()
+    vendor: str = ""  # "NVIDIA", "AMD", "MetaX" (empty where unknown, e.g. simulated)
 
     def owns_uuid(self, uuid: str) -> bool:
         """True when ``uuid`` names this GPU or one of its MIG devices."""

@@ -209,6 +209,7 @@ class NVMLSampler(Sampler):
             power_limit_w=static["power_limit_w"],
             mig_mode=mig_mode,
             mig_devices=tuple(m for m, _ in migs),
+            vendor="NVIDIA",
         )
         return gpu, procs, putil is not None
 

@@ -209,7 +209,7 @@ class Sampler(ABC):
 
 
 class AutoSampler(Sampler):
-    """NVML where it finds a GPU, else the simulated sampler (decided in the thread)."""
+    """NVML where it finds a GPU, else AMD SMI or mx-smi, else simulated (in the thread)."""
 
     source = "auto"
 
@@ -240,6 +240,10 @@ class AutoSampler(Sampler):
             self.delegate = nvml
             self.source = "nvml"
         except Exception as exc:
+            other = _other_vendor(self.interval_s, self.history_s)
+            if other is not None:
+                self.delegate, self.source = other, other.source
+                return
             self.fallback_reason = f"NVML found no GPU ({exc}); using simulated GPUs"
             self.delegate = SimulatedSampler(
                 self.interval_s, self.history_s, uuids=self._sim_uuids, **self._sim_options
@@ -267,6 +271,21 @@ class AutoSampler(Sampler):
         return d
 
 
+def _other_vendor(interval_s: float, history_s: float) -> Sampler | None:
+    """An AMD (amdsmi) or MetaX (mx-smi) sampler whose setup succeeded, or None."""
+    from .amd import AMDSMISampler
+    from .metax import MetaXSMISampler
+
+    for cls in (AMDSMISampler, MetaXSMISampler):
+        sampler = cls(interval_s, history_s)
+        try:
+            sampler.setup()
+        except Exception:  # not installed / no GPU of this vendor: try the next
+            continue
+        return sampler
+    return None
+
+
 def make_sampler(
     kind: str = "auto",
     interval_s: float = DEFAULT_INTERVAL_S,
@@ -274,7 +293,8 @@ def make_sampler(
     simulated_uuids: Sequence[str] = (),
     simulated_options: dict[str, Any] | None = None,
 ) -> Sampler:
-    """Build a sampler: ``auto`` (NVML, else simulated), ``nvml`` or ``simulated``.
+    """Build a sampler: ``auto`` (NVML, else AMD SMI, else mx-smi, else simulated),
+    ``nvml``, ``amd`` (``amdsmi``), ``metax`` (``mx-smi``) or ``simulated``.
 
     Nothing here touches NVML; that happens in the sampler thread.
     """
@@ -287,9 +307,17 @@ def make_sampler(
         )
     if kind == "nvml":
         return NVMLSampler(interval_s, history_s)
+    if kind == "amd":
+        from .amd import AMDSMISampler
+
+        return AMDSMISampler(interval_s, history_s)
+    if kind == "metax":
+        from .metax import MetaXSMISampler
+
+        return MetaXSMISampler(interval_s, history_s)
     if kind == "auto":
         return AutoSampler(interval_s, history_s, simulated_uuids, simulated_options)
-    raise ValueError(f"unknown sampler kind {kind!r} (auto, nvml or simulated)")
+    raise ValueError(f"unknown sampler kind {kind!r} (auto, nvml, amd, metax or simulated)")
 
 
 def underlying(sampler: Sampler) -> Sampler:
