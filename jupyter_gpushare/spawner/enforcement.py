@@ -43,7 +43,7 @@ __all__ = [
     "pod_fragment",
 ]
 
-KUBE_BACKENDS = ("whole", "mig", "hami", "kai", "timeslice")
+KUBE_BACKENDS = ("whole", "mig", "hami", "hami-metax", "kai", "timeslice")
 """Kubernetes enforcement backends, chosen by ``KubeGPUShareSpawner.gpu_backend``."""
 
 PYHOOK_DIR = str(Path(__file__).with_name("pyhook"))
@@ -300,6 +300,8 @@ def pod_fragment(
         )
         if pin_here:
             frag.annotations["nvidia.com/use-gpuuuid"] = ",".join(g.uuid for g in grant.gpus)
+    elif backend == "hami-metax":
+        _hami_metax(frag, grant, count, fraction, pin_here)
     elif backend == "kai":
         frag.scheduler_name = "kai-scheduler"
         frag.labels["kai.scheduler/queue"] = label_value(kai_queue or grant.team)
@@ -319,6 +321,32 @@ def pod_fragment(
         frag.limits["nvidia.com/gpu.shared"] = str(count)
         frag.warnings.append(TIMESLICE_WARNING)
     return frag
+
+
+METAX_COUNT = "metax-tech.com/sgpu"
+METAX_CORES = "metax-tech.com/vcore"
+METAX_MEMORY = "metax-tech.com/vmemory"
+METAX_PIN = "metax-tech.com/use-gpuuuid"
+
+
+def _hami_metax(frag: PodFragment, grant: GrantInfo, count: int, fraction: bool,
+                pin: bool) -> None:
+    """MetaX sGPUs through HAMi (its docs/metax-support.md and pkg/device/metax).
+
+    ``vcore`` is a percentage of the card, 100 asking for the card exclusively; ``vmemory``
+    is written with its unit (``Mi``), since HAMi reads a bare number as GiB; a whole card
+    leaves ``vmemory`` out, which HAMi reads as all of the card's memory.
+    """
+    frag.scheduler_name = "hami-scheduler"
+    frag.limits[METAX_COUNT] = str(count)
+    if fraction:
+        # 100 would ask HAMi for the whole card; a fraction never does
+        frag.limits[METAX_CORES] = str(max(1, min(99, int(round(_per_gpu_compute(grant))))))
+        frag.limits[METAX_MEMORY] = f"{_per_gpu_memory(grant)}Mi"
+    else:
+        frag.limits[METAX_CORES] = "100"
+    if pin:
+        frag.annotations[METAX_PIN] = ",".join(g.uuid for g in grant.gpus)
 
 
 def _explicit_memory(grant: GrantInfo, gpu_total_mib: Mapping[str, int] | None) -> bool:

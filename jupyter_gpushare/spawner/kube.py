@@ -3,7 +3,8 @@
 One traitlet, :attr:`KubeGPUShareSpawner.gpu_backend`, chooses how a grant is enforced on
 the cluster: ``whole`` (``nvidia.com/gpu``), ``mig`` (``nvidia.com/mig-<profile>``, mixed
 strategy), ``hami`` (``nvidia.com/gpu`` / ``gpumem`` / ``gpucores`` with the HAMi scheduler,
-pinned to the granted GPUs), ``kai`` (KAI scheduler queue and ``gpu-fraction`` /
+pinned to the granted GPUs), ``hami-metax`` (MetaX sGPUs through HAMi:
+``metax-tech.com/sgpu`` / ``vcore`` / ``vmemory``), ``kai`` (KAI scheduler queue and ``gpu-fraction`` /
 ``gpu-memory`` annotations, non-preemptible ``build`` priority) or ``timeslice``
 (``nvidia.com/gpu.shared``, no memory isolation). The pod fragment comes from the pure
 :func:`jupyter_gpushare.spawner.enforcement.pod_fragment`; this class only maps it onto
@@ -42,8 +43,10 @@ class KubeGPUShareSpawner(GPUShareSpawner, KubeSpawner):
         list(enforcement.KUBE_BACKENDS),
         "whole",
         config=True,
-        help="""How GPU shares are enforced on the cluster: whole | mig | hami | kai | timeslice.
-        'timeslice' and 'kai' do not isolate GPU memory (only framework caps apply).""",
+        help="""How GPU shares are enforced on the cluster: whole | mig | hami | hami-metax |
+        kai | timeslice. 'hami-metax' shares MetaX cards through HAMi (metax-tech.com/sgpu,
+        vcore, vmemory). 'timeslice' and 'kai' do not isolate GPU memory (only framework
+        caps apply).""",
     )
     pin_to_grant = Bool(
         True,
