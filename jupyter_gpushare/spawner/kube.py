@@ -4,8 +4,8 @@ One traitlet, :attr:`KubeGPUShareSpawner.gpu_backend`, chooses how a grant is en
 the cluster: ``whole`` (``nvidia.com/gpu``), ``mig`` (``nvidia.com/mig-<profile>``, mixed
 strategy), ``hami`` (``nvidia.com/gpu`` / ``gpumem`` / ``gpucores`` with the HAMi scheduler,
 pinned to the granted GPUs), ``hami-metax`` (MetaX sGPUs through HAMi:
-``metax-tech.com/sgpu`` / ``vcore`` / ``vmemory``), ``kai`` (KAI scheduler queue and ``gpu-fraction`` /
-``gpu-memory`` annotations, non-preemptible ``build`` priority) or ``timeslice``
+``metax-tech.com/sgpu`` / ``vcore`` / ``vmemory``), ``kai`` (KAI scheduler queue and
+``gpu-fraction`` / ``gpu-memory`` annotations, non-preemptible ``build`` priority) or ``timeslice``
 (``nvidia.com/gpu.shared``, no memory isolation). The pod fragment comes from the pure
 :func:`jupyter_gpushare.spawner.enforcement.pod_fragment`; this class only maps it onto
 KubeSpawner's traits, so KubeSpawner builds the pod as usual.
