@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from jupyter_gpushare.broker.db import grants_table, heartbeats_table, migrate, requests_table
+from jupyter_gpushare.broker.usage import UseRecorder
 from jupyter_gpushare.report.rows import GrantRow, RequestRow
 
 
@@ -28,7 +29,8 @@ def write_rows(
     requests: list[RequestRow],
     heartbeats: list[tuple[str, float, list[dict[str, Any]]]],
 ) -> None:
-    """Insert grants, requests and heartbeats ``(grant_id, ts, gpus)`` through SQLAlchemy."""
+    """Insert grants, requests and heartbeats ``(grant_id, ts, gpus)`` through SQLAlchemy;
+    heartbeats also go through the broker's :class:`UseRecorder`, in time order."""
     migrate(engine)
     grant_of = {g.request_id: g for g in grants}
     with engine.begin() as conn:
@@ -54,6 +56,9 @@ def write_rows(
                 grant_id=grant.id if grant else None, idempotency_key=None,
                 created_at=r.created_at, updated_at=r.updated_at,
             ))
-        for gid, ts, gpus in heartbeats:
+        recorder = UseRecorder()
+        node_of = {g.id: g.node for g in grants}
+        for gid, ts, gpus in sorted(heartbeats, key=lambda b: b[1]):
             conn.execute(heartbeats_table.insert(), dict(
                 grant_id=gid, ts=ts, simulated=True, gpus=gpus))
+            recorder.record(conn, gid, node_of[gid], ts, gpus)

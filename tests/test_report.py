@@ -190,10 +190,13 @@ POOLS: dict[str, dict[str, Any]] = {
         refusals={}, preemptions={}, culled=0, data_bound_sessions=0,
     ),
 }
-# power of node t0 in 5-minute buckets: bucket 0 has GPU-a (300 + 500) / 2 = 400 W and GPU-b
-# 100 W -> 500 W; the bucket at 10 h has GPU-b 200 W. Peak 500, average 350.
-POWER = {"t0": dict(pool="train", buckets=2, peak_w=500.0, average_w=350.0,
-                    peak_to_average=500 / 350)}
+# power of node t0, the sum of each GPU's latest power (within 2 min): at S+60 s GPU-a 300 W;
+# at S+90 s GPU-a 300 + GPU-b 100 = 400 W; at S+120 s 500 + 100 = 600 W -> hour 0: mean
+# 1300 / 3, max 600. At 10 h + 10 s only GPU-b is fresh: 200 W. Peak 600; average of the
+# hourly means (1300 / 3 + 200) / 2.
+AVG_T0 = (1300 / 3 + 200) / 2
+POWER = {"t0": dict(pool="train", hours=2, peak_w=600.0, average_w=AVG_T0,
+                    peak_to_average=600 / AVG_T0)}
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +286,7 @@ def _check_tables(tables: dict[str, list[list[str]]]) -> None:
         for name, value in want.items():
             assert by_label[plabels[name]][col] == _cell_text(value), (pool, name)
     rows = tables["Power per node"]
-    assert rows[1] == ["t0", "train", "2", "500", "350", num(500 / 350)]
+    assert rows[1] == ["t0", "train", "2", "600", num(AVG_T0), num(600 / AVG_T0)]
 
 
 def test_markdown_matches_the_hand_figures(report_doc: dict[str, Any]) -> None:

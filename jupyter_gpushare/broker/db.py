@@ -124,6 +124,32 @@ heartbeats_table = Table(
     Index("ix_gpushare_heartbeats_grant", "grant_id", "ts"),
 )
 
+grant_use_table = Table(
+    "gpushare_grant_use",
+    metadata,
+    Column("grant_id", String(64), primary_key=True),
+    Column("gpu_uuid", String(255), primary_key=True),
+    Column("month", String(7), primary_key=True),  # YYYY-MM (UTC) of the heartbeats
+    Column("samples", Integer, nullable=False),
+    Column("utilization_pct_sum", Float, nullable=False),
+    Column("memory_used_mib_sum", Float, nullable=False),
+    Column("last_ts", Float, nullable=False),
+)
+"""Measured use of each grant on each GPU per month, summed from its heartbeats (kept for
+good: the monthly report reads it; see :mod:`.usage`)."""
+
+node_power_table = Table(
+    "gpushare_node_power",
+    metadata,
+    Column("node", String(255), primary_key=True),
+    Column("hour_start", Float, primary_key=True),
+    Column("samples", Integer, nullable=False),
+    Column("watts_sum", Float, nullable=False),
+    Column("watts_max", Float, nullable=False),
+)
+"""Power of each node's reporting GPUs, per hour: samples of the node's total, their sum and
+their maximum (see :mod:`.usage`)."""
+
 
 # -- batch jobs (schema 2) -------------------------------------------------------------------
 
@@ -198,9 +224,15 @@ def _m2_jobs(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _m3_grant_use(conn: Connection) -> None:
+    grant_use_table.create(conn, checkfirst=True)
+    node_power_table.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
     (2, "batch jobs: jobs, their notebook snapshots and state history", _m2_jobs),
+    (3, "measured use per grant and GPU, power per node and hour", _m3_grant_use),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -65,7 +65,7 @@ POOL_COLUMNS: tuple[tuple[str, str], ...] = (
 
 POWER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("pool", "pool"),
-    ("buckets", "buckets"),
+    ("hours", "hours"),
     ("peak_w", "peak W"),
     ("average_w", "average W"),
     ("peak_to_average", "peak / average"),

@@ -31,8 +31,8 @@ Per team and pool
 
 Per pool: capacity GPU-hours (GPU units x H), the sums of the above, demand (granted +
 queued + refused GPU-hours), occupancy (granted / capacity) and utilisation (used /
-measured). Per node: peak and average power of the node's GPUs over the power buckets
-that had samples.
+measured). Per node: the peak (highest sample of the node's total power) and the average
+(mean over the hours that had samples of each hour's mean).
 """
 
 from __future__ import annotations
@@ -132,11 +132,11 @@ class PoolFigures:
 
 @dataclass
 class NodePower:
-    """Power of one node's GPUs over the month's buckets that had samples."""
+    """Power of one node's GPUs over the month's hours that had samples."""
 
     node: str
     pool: str
-    buckets: int
+    hours: int
     peak_w: float
     average_w: float
 
@@ -428,26 +428,21 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         pf.queue_wait_p95_s = p95(pool_waits.get(name, []))
         pool_figs.append(pf)
 
-    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for pw in rows.power:
-        buckets[pw.node][pw.bucket_start] += pw.watts
+        if pw.samples > 0:
+            per_node[pw.node].append((pw.watts_avg, pw.watts_max))
     power = [
         NodePower(
             node,
             node_pool.get(node, ""),
-            len(b),
-            max(b.values()),
-            sum(b.values()) / len(b),
+            len(hrs),
+            max(m for _, m in hrs),
+            sum(a for a, _ in hrs) / len(hrs),
         )
-        for node, b in sorted(buckets.items())
-        if b
+        for node, hrs in sorted(per_node.items())
     ]
-    if power:
-        note = ""
-    elif rows.power_in_heartbeats:
-        note = "No heartbeat of this month carried a power sample."
-    else:
-        note = NO_POWER_NOTE
+    note = "" if power else NO_POWER_NOTE
 
     series = Series(
         days=days,

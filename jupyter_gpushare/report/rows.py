@@ -1,6 +1,6 @@
 """Plain input rows of the monthly report (what the database adapter hands the figures).
 
-Everything is a frozen dataclass of numbers and strings: the figures
+Everything is a dataclass of numbers and strings: the figures
 (:mod:`.figures`) and the recommendation rule (:mod:`.rule`) never see SQLAlchemy,
 the policy loader or the clock, so they are tested on hand-made rows.
 Times are POSIX seconds (UTC); GPU units are floats (1.0 = one whole GPU).
@@ -20,7 +20,7 @@ class SliceRow:
     compute: float  # 1.0 = the whole GPU's compute
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GrantRow:
     """One grant of the ledger: the interval ``[granted_at, released_at)`` and its share."""
 
@@ -39,7 +39,7 @@ class GrantRow:
     kind: str = "interactive"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestRow:
     """One request: when it was made, what it asked, how it ended."""
 
@@ -55,7 +55,7 @@ class RequestRow:
     granted_at: float | None = None  # of its grant, if it got one
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class GPUUse:
     """Heartbeat aggregate of one grant on one GPU over the month."""
 
@@ -74,12 +74,13 @@ class UsageRow:
 
 @dataclass(frozen=True)
 class PowerRow:
-    """Mean power of one GPU of a node in one time bucket (from heartbeat power samples)."""
+    """Power of one node in one hour: samples of the node's total, their mean and maximum."""
 
     node: str
-    gpu_uuid: str
-    bucket_start: float
-    watts: float
+    hour_start: float
+    samples: int
+    watts_avg: float
+    watts_max: float
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,4 @@ class MonthRows:
     requests: tuple[RequestRow, ...] = ()
     usage: tuple[UsageRow, ...] = ()
     power: tuple[PowerRow, ...] = ()
-    power_in_heartbeats: bool = True  # False: the heartbeats carried no power at all
-    power_bucket_s: float = 300.0
     policy_version: str = ""
