@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+import jsonschema
 import pytest
+import yaml
 from telemetry_fakes import TOKEN, FakeBroker, free_port
 
 from jupyter_gpushare.telemetry.attribution import ProcessTree, attribute
@@ -13,6 +18,8 @@ from jupyter_gpushare.telemetry.broker_link import (
     heartbeat_body,
 )
 from jupyter_gpushare.telemetry.simulated import SimulatedSampler
+
+OPENAPI = Path(__file__).resolve().parent.parent / "jupyter_gpushare" / "broker" / "openapi.yaml"
 
 
 @pytest.fixture
@@ -61,7 +68,10 @@ async def test_heartbeat_body_and_post(broker: FakeBroker) -> None:
     assert hb["gpus"] == [
         {"uuid": "GPU-sim-node0-1", "memory_used_mib": 2048.0, "utilization_pct": 55.0}
     ]
-    assert hb["ts"].endswith("+00:00")
+    # the broker's contract: ts is a number of seconds since the epoch (not an ISO string)
+    assert isinstance(hb["ts"], (int, float)) and abs(hb["ts"] - time.time()) < 60
+    schema = yaml.safe_load(OPENAPI.read_text())["components"]["schemas"]["Heartbeat"]
+    jsonschema.validate(body, schema)
 
 
 async def test_unreachable_broker_says_so() -> None:

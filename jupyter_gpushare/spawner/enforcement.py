@@ -40,6 +40,7 @@ __all__ = [
     "local_env",
     "mig_resource_name",
     "mps_daemon_running",
+    "no_gpu_env",
     "pod_fragment",
 ]
 
@@ -123,6 +124,19 @@ def grant_env(grant: GrantInfo, *, enforcement: str, broker_url: str = "") -> di
         "GPUSHARE_ENFORCEMENT": enforcement,
         "GPUSHARE_SIMULATED": "1" if grant.simulated else "0",
         "GPUSHARE_BROKER_URL": broker_url,
+    }
+
+
+def no_gpu_env(profile_slug: str) -> dict[str, str]:
+    """Environment of a server whose profile asks for no GPU: it sees none and holds no grant.
+
+    ``NVIDIA_VISIBLE_DEVICES=void`` keeps the NVIDIA container runtime from exposing every
+    GPU to an image that asks for ``all`` (the CUDA images do)."""
+    return {
+        "CUDA_VISIBLE_DEVICES": "",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "GPUSHARE_PROFILE": profile_slug,
+        "GPUSHARE_GPU": "none",
     }
 
 

@@ -59,6 +59,10 @@ class ProfileChoice:
     expected_wait_s: float | None = None
     available: bool | None = None  # None: unknown (broker not asked)
     note: str = ""  # why not available, or anything else the broker says
+    max_lifetime_s: int | None = None  # the server is stopped after this long
+    user_cap: float | None = None  # GPU units one user may hold in the pool
+    gpu_hours_left: float | None = None  # the team's GPU-hours left this month in the pool
+    outcome: str = ""  # the broker's dry-run answer: granted | preempting | queued | refused
 
 
 # --------------------------------------------------------------------------- choices
@@ -90,9 +94,13 @@ def describe_share(profile: Profile, policy: Policy) -> str:
     if memory is None and smallest is not None:
         memory = ask.memory_on(smallest, int(smallest.memory_mib * (1.0 - headroom)))
     compute = ask.compute_on() / 10
-    parts = [f"{compute:g}% compute"]
+    parts = [f"{compute:g} % compute"]
     if memory:
         parts.insert(0, _gib(memory))
+    if ask.memory_mib is not None:
+        # stated by peak memory: the GiB and the compute share are what the user gets;
+        # "0.142 GPU" (what it is charged) means nothing at a glance
+        return ", ".join(parts)
     return f"{_fraction_text(ask.fraction_milli)} GPU ({', '.join(parts)})"
 
 
@@ -111,6 +119,9 @@ def choices_for(policy: Policy, groups: Iterable[str]) -> list[ProfileChoice]:
                 continue  # no team of the user has a quota in this pool
         else:
             allowed_team = team
+        tm = policy.team(allowed_team) if allowed_team else None
+        quota = tm.quota(p.pool) if tm is not None and p.pool else None
+        cap = quota.per_user_cap_milli if quota is not None else None
         out.append(
             ProfileChoice(
                 slug=p.slug,
@@ -120,6 +131,8 @@ def choices_for(policy: Policy, groups: Iterable[str]) -> list[ProfileChoice]:
                 share=describe_share(p, policy),
                 units=p.gpu.units_milli / UNIT,
                 team=allowed_team or "",
+                max_lifetime_s=p.max_lifetime_s,
+                user_cap=None if cap is None else cap / UNIT,
             )
         )
     return out
@@ -136,16 +149,22 @@ def with_availability(
     choices: Sequence[ProfileChoice],
     broker_profiles: Iterable[Mapping[str, Any]],
     queued: Mapping[tuple[str, str], int] | None = None,
+    hours_left: Mapping[tuple[str, str], float] | None = None,
 ) -> list[ProfileChoice]:
     """Add the broker's view (``GET /policy/profiles?user=``) to each choice.
 
     Each broker profile carries ``availability``: per team, ``guaranteed``,
-    ``borrow_limit``, ``in_use``, ``within_guarantee``, ``within_borrow_limit`` and
-    ``fits_now``. ``queued`` maps (team, pool) to the team's waiting requests. A profile
-    the broker does not list for the user is dropped (the broker has the last word).
+    ``borrow_limit``, ``in_use``, ``within_guarantee``, ``within_borrow_limit``,
+    ``fits_now`` and, where the broker gives it, ``decision``: its own dry-run answer
+    for this user (``outcome``, ``reason``, ``code``). A card's verdict and reason are the
+    decision's where there is one, so the form never disagrees with the broker.
+    ``queued`` maps (team, pool) to the team's waiting requests, ``hours_left`` to its
+    GPU-hours left this month. A profile the broker does not list for the user is
+    dropped (the broker has the last word).
     """
     info = {str(p.get("slug")): p for p in broker_profiles if p.get("slug")}
     queued = queued or {}
+    hours_left = hours_left or {}
     out = []
     for c in choices:
         p = info.get(c.slug)
@@ -166,28 +185,49 @@ def with_availability(
         within_g = bool(a.get("within_guarantee"))
         within_b = bool(a.get("within_borrow_limit", within_g))
         fits = a.get("fits_now")
+        team_left = round(max(0.0, guaranteed - in_use), 4)
+        borrow_left = round(max(0.0, guaranteed + limit - max(in_use, guaranteed)), 4)
+        decision = a.get("decision") if isinstance(a.get("decision"), Mapping) else None
         note = ""
+        outcome = ""
         if not c.units:
             would_borrow: bool | None = None
-            available: bool | None = True if fits is None else bool(fits)
+            available: bool | None = True
+        elif decision is not None:
+            outcome = str(decision.get("outcome") or "")
+            would_borrow = bool(decision.get("borrowed", not within_g))
+            available = outcome in ("granted", "preempting", "queued")
+            reason = str(decision.get("reason") or "")
+            if outcome == "preempting":
+                note = f"starts after a reclaim: {reason}" if reason else "starts after a reclaim"
+            elif outcome == "queued":
+                note = f"would wait in the queue: {reason}" if reason else "would queue"
+            elif not available:
+                note = reason or "refused by the GPU broker"
         else:
             would_borrow = not within_g
             available = within_b and (fits is None or bool(fits))
             if not within_b:
-                note = f"team {team} has used its guarantee and borrow limit in pool {c.pool}"
+                room = team_left + borrow_left
+                note = (
+                    f"needs {c.units:g} GPU; team {team} may use only {room:g} more "
+                    f"in pool {c.pool} (guarantee and borrow limit)"
+                )
             elif fits is False:
                 note = "no GPU free for it right now"
         out.append(
             replace(
                 c,
                 team=team,
-                team_left=round(max(0.0, guaranteed - in_use), 4),
-                borrow_left=round(max(0.0, guaranteed + limit - max(in_use, guaranteed)), 4),
+                team_left=team_left,
+                borrow_left=borrow_left,
                 would_borrow=would_borrow,
                 preemptible=would_borrow,
                 queue=queued.get((team, c.pool)),
                 available=available,
                 note=note,
+                outcome=outcome,
+                gpu_hours_left=hours_left.get((team, c.pool), c.gpu_hours_left),
             )
         )
     return out
@@ -196,19 +236,43 @@ def with_availability(
 # --------------------------------------------------------------------------- HTML
 
 
+def _duration(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400} d"
+    if seconds >= 3600:
+        h, m = divmod(seconds // 60, 60)
+        return f"{h} h" + (f" {m} min" if m else "")
+    return f"{max(1, round(seconds / 60))} min"
+
+
+def _facts_line(c: ProfileChoice) -> str:
+    """Limits that hold whatever the availability: lifetime, per-user cap, GPU-hours."""
+    bits = []
+    if not c.units:
+        bits.append("no GPU: starts at once, without a GPU grant")
+    if c.max_lifetime_s:
+        bits.append(f"stopped after {_duration(c.max_lifetime_s)}")
+    if c.units and c.user_cap is not None:
+        bits.append(f"per-user cap {c.user_cap:g} GPU in pool {c.pool}")
+    if c.units and c.gpu_hours_left is not None:
+        bits.append(f"team {c.team}: {c.gpu_hours_left:g} GPU-hours left this month")
+    return "; ".join(bits)
+
+
 def _status_line(c: ProfileChoice) -> str:
     bits = []
     if c.team:
         left = ""
-        if c.team_left is not None:
+        if c.team_left is not None and c.units:
             left = f": {c.team_left:g} GPU left of its guarantee"
             if c.borrow_left:
                 left += f", may borrow {c.borrow_left:g} more"
         bits.append(f"team {c.team}{left}")
-    if c.would_borrow:
-        bits.append("would borrow idle capacity: preemptible when the owning team needs it")
-    elif c.would_borrow is False and c.units:
-        bits.append("inside the team's guarantee: not preempted")
+    if c.available is not False:
+        if c.would_borrow:
+            bits.append("would borrow idle capacity: preemptible when the owning team needs it")
+        elif c.would_borrow is False and c.units:
+            bits.append("inside the team's guarantee: not preempted")
     if c.queue:
         wait = f", about {round(c.expected_wait_s / 60)} min" if c.expected_wait_s else ""
         bits.append(f"queue: {c.queue} waiting{wait}")
@@ -219,12 +283,30 @@ def _status_line(c: ProfileChoice) -> str:
     return "; ".join(bits)
 
 
+SIMULATED_BANNER = (
+    "Simulated GPUs: this hub has no NVIDIA GPU, so the GPUs below are simulated. "
+    "Grants, quotas and the meters behave as on real cards, but no CUDA program can use them."
+)
+
+
 def render_form(
-    choices: Sequence[ProfileChoice], selected: str | None = None, message: str = ""
+    choices: Sequence[ProfileChoice],
+    selected: str | None = None,
+    message: str = "",
+    simulated: bool = False,
 ) -> str:
-    """HTML for JupyterHub's spawn form: one radio button per profile."""
+    """HTML for JupyterHub's spawn form: one radio button per profile.
+
+    ``selected`` stays selected even when it is not available now (after a refusal the
+    user sees the profile they asked for, with the reason)."""
+    sim = (
+        '<div class="alert alert-warning gpushare-simulated"><strong>SIMULATED</strong> '
+        f"{html.escape(SIMULATED_BANNER)}</div>"
+        if simulated
+        else ""
+    )
     if not choices:
-        return (
+        return sim + (
             '<div class="alert alert-warning gpushare-noprofile">No server profile is open to '
             "your teams. Ask your hub admin to add you to a team.</div>"
         )
@@ -236,16 +318,20 @@ def render_form(
         e = html.escape
         checked = " checked" if c.slug == selected else ""
         status = _status_line(c)
+        facts = _facts_line(c)
         pool = f'<span class="gpushare-pool">pool {e(c.pool)}</span>' if c.pool else ""
         classes = "gpushare-profile" + (" gpushare-unavailable" if c.available is False else "")
+        share = c.share + (" (simulated)" if simulated and c.units else "")
         rows.append(
             f'<label class="{classes}" data-slug="{e(c.slug)}" '
+            f'data-available="{"unknown" if c.available is None else str(c.available).lower()}" '
             f'style="display:block;border:1px solid #ddd;border-radius:4px;padding:8px;'
             f'margin-bottom:6px;font-weight:normal">'
             f'<input type="radio" name="profile" value="{e(c.slug)}"{checked}> '
             f"<strong>{e(c.display_name)}</strong> "
-            f'<span class="gpushare-share">{e(c.share)}</span> {pool}'
+            f'<span class="gpushare-share">{e(share)}</span> {pool}'
             + (f'<div class="gpushare-desc">{e(c.description)}</div>' if c.description else "")
+            + (f'<div class="gpushare-facts" style="color:#555">{e(facts)}</div>' if facts else "")
             + (
                 f'<div class="gpushare-status" style="color:#555">{e(status)}</div>'
                 if status
@@ -254,7 +340,7 @@ def render_form(
             + "</label>"
         )
     banner = f'<div class="alert alert-info">{html.escape(message)}</div>' if message else ""
-    return f'<div class="gpushare-form">{banner}{"".join(rows)}</div>'
+    return f'<div class="gpushare-form">{sim}{banner}{"".join(rows)}</div>'
 
 
 # --------------------------------------------------------------------------- options

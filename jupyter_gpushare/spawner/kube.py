@@ -98,6 +98,15 @@ class KubeGPUShareSpawner(GPUShareSpawner, KubeSpawner):
         for name, value in enforcement.kube_overrides(frag, base).items():
             setattr(self, name, value)
 
+    def apply_no_gpu(self, profile: Profile) -> None:
+        """No GPU resources, and the NVIDIA runtime exposes none to the pod."""
+        base = self.__dict__.setdefault(
+            "_gpushare_base", {name: getattr(self, name) for name in _OVERRIDDEN}
+        )
+        for name in _OVERRIDDEN:
+            setattr(self, name, base[name])
+        self.environment = {**(base["environment"] or {}), **enforcement.no_gpu_env(profile.slug)}
+
     async def load_user_options(self) -> None:
         """Profiles are gpushare's (checked in start); KubeSpawner's profile_list is unused."""
         return None

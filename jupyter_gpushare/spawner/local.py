@@ -66,7 +66,9 @@ class _LocalEnforcement(GPUShareSpawner):
     def get_env(self) -> dict[str, Any]:
         env = super().get_env()
         grant = self.gpushare_grant
-        if grant is not None and self.grant_id:
+        if self.gpushare_cpu_only and not self.grant_id:
+            env.update(enforcement.no_gpu_env(self.gpushare_profile or ""))
+        elif grant is not None and self.grant_id:
             env.update(
                 enforcement.local_env(
                     grant,

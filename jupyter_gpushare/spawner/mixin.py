@@ -20,6 +20,7 @@ restart finds servers and grants as they were.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import time
 import uuid
@@ -38,6 +39,42 @@ __all__ = ["GPUShareSpawner", "GPUShareSpawnerMixin"]
 DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
 
 _POLICY_CACHE: dict[str, tuple[float, Policy]] = {}
+
+_LAST_CHOICE: dict[str, str] = {}
+"""user name -> the profile last picked in the form. JupyterHub renders the form again
+after a refusal with the user's *default* spawner (named servers included), so the pick
+lives here, not on one spawner. One short string per hub user: bounded by the users."""
+
+CHECK_RETRY_S = 10.0
+"""After a failed look at the broker, the next poll asks again after this many seconds."""
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
+
+
+def _clock(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S UTC")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    return f"{seconds // 60} min {seconds % 60:02d} s"
+
+
+def spawn_error(message: str, *, reason: str, status_code: int) -> SpawnException:
+    """A SpawnException whose text on the hub's pages is the sentence itself.
+
+    JupyterHub shows ``str(exc)`` (``409 SpawnException(reason=...): ...``) unless the
+    exception carries ``jupyterhub_message``."""
+    message = message.strip()
+    if message and message[-1] not in ".!?":
+        message += "."
+    exc = SpawnException(message, reason=reason, status_code=status_code)
+    exc.jupyterhub_message = message  # type: ignore[attr-defined]
+    return exc
 
 
 def load_policy_cached(path: str) -> Policy:
@@ -96,6 +133,19 @@ class GPUShareSpawner(Spawner):
     form_broker_timeout = Float(
         3.0, config=True, help="Seconds the spawn form waits for the broker's availability."
     )
+    gpu_poll_interval = Float(
+        2.0,
+        config=True,
+        help="""poll_interval (seconds) of a server that holds a GPU grant: how soon the hub
+        notices that its process died and releases the grant (the hub's own poll_interval,
+        30 s by default, still applies to servers without a grant). 0 keeps poll_interval.""",
+    )
+    countdown_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between progress-page updates of the countdown while a spawn waits for
+        borrowed capacity to be reclaimed (the last 10 seconds are counted every second).""",
+    )
 
     @default("start_timeout")
     def _default_start_timeout(self) -> int:
@@ -115,6 +165,8 @@ class GPUShareSpawner(Spawner):
     gpushare_request_id: str | None = None
     gpushare_profile: str | None = None
     gpushare_grant: GrantInfo | None = None
+    gpushare_cpu_only: bool = False  # the running server's profile asks for no GPU
+    gpushare_last_stop: dict[str, Any] | None = None  # why the last server went away
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
@@ -124,6 +176,11 @@ class GPUShareSpawner(Spawner):
             state["gpushare_profile"] = self.gpushare_profile
             if self.gpushare_grant is not None:
                 state["gpushare_grant"] = self.gpushare_grant.to_json()
+        elif self.gpushare_cpu_only:
+            state["gpushare_profile"] = self.gpushare_profile
+            state["gpushare_cpu_only"] = True
+        if self.gpushare_last_stop:
+            state["gpushare_last_stop"] = self.gpushare_last_stop
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -131,8 +188,13 @@ class GPUShareSpawner(Spawner):
         self.grant_id = state.get("gpushare_grant_id") or None
         self.gpushare_request_id = state.get("gpushare_request_id") or None
         self.gpushare_profile = state.get("gpushare_profile") or None
+        self.gpushare_cpu_only = bool(state.get("gpushare_cpu_only"))
         raw = state.get("gpushare_grant")
         self.gpushare_grant = GrantInfo.from_json(raw) if isinstance(raw, dict) else None
+        last = state.get("gpushare_last_stop")
+        self.gpushare_last_stop = last if isinstance(last, dict) else None
+        if self.grant_id:
+            self._poll_fast()
 
     def clear_state(self) -> None:
         super().clear_state()
@@ -143,6 +205,8 @@ class GPUShareSpawner(Spawner):
         self.grant_id = None
         self.gpushare_request_id = None
         self.gpushare_grant = None
+        self.gpushare_cpu_only = False
+        self.__dict__.pop("_gpushare_checked", None)
         # a new spawn starts from here: the progress page waits for our events
         self.__dict__["_gpushare_events"] = []
         self.__dict__["_gpushare_granted"] = False
@@ -179,6 +243,18 @@ class GPUShareSpawner(Spawner):
             return {}
         return {g.uuid: g.memory_mib for n in policy.nodes for g in n.gpus}
 
+    def _poll_fast(self) -> None:
+        """A server holding a grant is polled every ``gpu_poll_interval`` seconds."""
+        if self.gpu_poll_interval > 0:
+            current: float = float(getattr(self, "poll_interval", 30.0))
+            self.poll_interval = min(current, self.gpu_poll_interval)
+
+    @property
+    def gpushare_stop_message(self) -> str:
+        """Why the last server went away, for the hub's pages ("" if nothing to say)."""
+        last = self.gpushare_last_stop or {}
+        return str(last.get("message") or "")
+
     def _event(self, progress: int, message: str, **extra: Any) -> None:
         events = self.__dict__.setdefault("_gpushare_events", [])
         events.append({"progress": progress, "message": message, **extra})
@@ -212,6 +288,7 @@ class GPUShareSpawner(Spawner):
                 if p.get("slug")
             ]
         queued: dict[tuple[str, str], int] = {}
+        hours_left: dict[tuple[str, str], float] = {}
         for team in {c.team for c in choices if c.team}:
             try:
                 usage = await asyncio.wait_for(
@@ -220,17 +297,39 @@ class GPUShareSpawner(Spawner):
             except (BrokerError, asyncio.TimeoutError):
                 continue
             for pool, row in (usage.get("pools") or {}).items():
-                if isinstance(row, dict) and row.get("queued"):
+                if not isinstance(row, dict):
+                    continue
+                if row.get("queued"):
                     queued[(team, pool)] = int(row["queued"])
-        return formlib.with_availability(choices, info, queued)
+                budget, used = row.get("gpu_hours_budget"), row.get("gpu_hours_month")
+                if isinstance(budget, (int, float)) and isinstance(used, (int, float)):
+                    hours_left[(team, pool)] = round(max(0.0, budget - used), 1)
+        return formlib.with_availability(choices, info, queued, hours_left)
 
     async def render_gpushare_form(self) -> str:
         choices = await self.allowed_choices()
-        selected = (self.user_options or {}).get("profile") or self.gpushare_profile
-        return formlib.render_form(choices, selected)
+        selected = (
+            _LAST_CHOICE.get(self.user.name)
+            or (self.user_options or {}).get("profile")
+            or self.gpushare_profile
+        )
+        return formlib.render_form(choices, selected, simulated=self.inventory_simulated())
+
+    def inventory_simulated(self) -> bool:
+        """Whether the policy's GPUs are simulated (the form says so)."""
+        policy = self.gpushare_policy()
+        if policy is None:
+            return False
+        return policy.inventory_source == "simulated" or any(
+            g.simulated for n in policy.nodes for g in n.gpus
+        )
 
     def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        return formlib.options_from_form(formdata)
+        options = formlib.options_from_form(formdata)
+        slug = options.get("profile")
+        if isinstance(slug, str) and slug and len(slug) <= 200:
+            _LAST_CHOICE[self.user.name] = slug  # the form shows it again after a refusal
+        return options
 
     def resolve_profile(self, user_options: dict[str, Any] | None = None) -> str:
         """The profile slug to start, checked against the policy; SpawnException if not."""
@@ -246,7 +345,7 @@ class GPUShareSpawner(Spawner):
                 if not isinstance(slug, str) or not slug:
                     raise formlib.OptionsError("choose a profile (option 'profile')")
             except formlib.OptionsError as exc:
-                raise SpawnException(
+                raise spawn_error(
                     exc.message, reason="invalid-options", status_code=exc.status
                 ) from None
             return slug
@@ -254,7 +353,7 @@ class GPUShareSpawner(Spawner):
         try:
             slug = formlib.validate_options(options, allowed, [p.slug for p in policy.profiles])
         except formlib.OptionsError as exc:
-            raise SpawnException(
+            raise spawn_error(
                 exc.message, reason="invalid-options", status_code=exc.status
             ) from None
         return slug
@@ -274,34 +373,54 @@ class GPUShareSpawner(Spawner):
 
     # ---------------------------------------------------------------- start and stop
 
+    def _waiting_event(self, answer: RequestAnswer, label: str) -> None:
+        data: dict[str, Any] = {
+            "status": answer.status,
+            "position": answer.position,
+            "request_id": answer.request_id,
+        }
+        if answer.status == "preempting":
+            msg = f"Reclaiming borrowed GPU capacity for {label}: " + (
+                answer.reason or "the borrowing servers get their grace period"
+            )
+            if answer.expected_wait_s is not None:
+                # the broker's own deadline: the victims' grace period ends then
+                left = max(0.0, float(answer.expected_wait_s))
+                deadline = time.time() + left
+                data["deadline"] = _iso(deadline)
+                data["seconds_left"] = round(left)
+                msg += (
+                    f"; the borrowers are stopped at {_clock(deadline)} "
+                    f"(in {_duration(left)}), then your server starts"
+                )
+        else:
+            pos = f"position {answer.position}" if answer.position else "waiting"
+            wait = (
+                f", expected wait about {max(1, round(answer.expected_wait_s / 60))} min"
+                if answer.expected_wait_s
+                else ""
+            )
+            msg = f"Queued for {label}: {pos}{wait}" + (
+                f" ({answer.reason})" if answer.reason else ""
+            )
+        self._event(10, msg, gpushare=data)
+
     async def _wait_in_queue(self, answer: RequestAnswer, label: str) -> RequestAnswer:
         deadline = time.monotonic() + self.queue_timeout
-        last = None
+        last: tuple[Any, ...] | None = None
+        told = float("-inf")
         while answer.pending:
             note = (answer.status, answer.position)
-            if note != last:
-                last = note
-                if answer.status == "preempting":
-                    msg = (
-                        f"Reclaiming borrowed GPU capacity for {label}: "
-                        + (answer.reason or "the borrowing servers get their grace period")
-                    )
-                else:
-                    pos = f"position {answer.position}" if answer.position else "waiting"
-                    wait = (
-                        f", expected wait about {max(1, round(answer.expected_wait_s / 60))} min"
-                        if answer.expected_wait_s
-                        else ""
-                    )
-                    msg = f"Queued for {label}: {pos}{wait}" + (
-                        f" ({answer.reason})" if answer.reason else ""
-                    )
-                self._event(10, msg, gpushare={"status": answer.status,
-                                                "position": answer.position,
-                                                "request_id": answer.request_id})
+            now = time.monotonic()
+            left = answer.expected_wait_s
+            every = self.countdown_interval if (left or 0) > 10 else 1.0
+            countdown = answer.status == "preempting" and left is not None and now - told >= every
+            if note != last or countdown:
+                last, told = note, now
+                self._waiting_event(answer, label)
             if time.monotonic() > deadline:
                 await self._cancel_request(answer.request_id)
-                raise SpawnException(
+                raise spawn_error(
                     f"No GPU share for {label} after waiting {self.queue_timeout:.0f} s in the "
                     "queue; the request was withdrawn. Try a smaller profile or later.",
                     reason="gpushare-queue-timeout",
@@ -329,7 +448,7 @@ class GPUShareSpawner(Spawner):
             )
         except BrokerError as exc:
             status = exc.status if 400 <= exc.status < 500 else 503
-            raise SpawnException(
+            raise spawn_error(
                 f"The GPU broker could not take the request for {label}: {exc.reason}",
                 reason="gpushare-broker",
                 status_code=status,
@@ -343,7 +462,7 @@ class GPUShareSpawner(Spawner):
             raise
         except BrokerError as exc:
             await self._cancel_request(answer.request_id)
-            raise SpawnException(
+            raise spawn_error(
                 f"Lost contact with the GPU broker while waiting for {label}: {exc.reason}",
                 reason="gpushare-broker",
                 status_code=503,
@@ -351,7 +470,7 @@ class GPUShareSpawner(Spawner):
         if answer.status != "granted" or answer.grant is None:
             code = (answer.code or "").lower()
             status = 403 if code in ("forbidden", "not_allowed", "not-allowed") else 409
-            raise SpawnException(
+            raise spawn_error(
                 f"Cannot start {label}: {answer.reason or 'refused by the GPU broker'}",
                 reason=f"gpushare-{code or 'refused'}",
                 status_code=status,
@@ -367,6 +486,9 @@ class GPUShareSpawner(Spawner):
             profile = policy.profile(slug) if policy else None
             label = f"profile '{profile.display_name if profile else slug}'"
             self.gpushare_profile = slug
+            self.gpushare_last_stop = None
+            if profile is not None and profile.gpu.is_empty:
+                return await self._start_without_gpu(profile, label)
             self._event(5, f"Asking the GPU broker for {label}")
             grant = await self.acquire_grant(slug, label)
             self.grant_id = grant.id
@@ -380,6 +502,7 @@ class GPUShareSpawner(Spawner):
             )
         finally:
             self.__dict__["_gpushare_granted"] = True
+        self._poll_fast()
         try:
             if profile is not None:
                 self.apply_profile(profile)
@@ -391,8 +514,26 @@ class GPUShareSpawner(Spawner):
                 await asyncio.shield(self.release_grant(gid))
             raise
 
+    async def _start_without_gpu(self, profile: Profile, label: str) -> Any:
+        """A profile without GPU: no broker request, no grant, no GPU visible."""
+        self.gpushare_cpu_only = True
+        self._event(30, f"Starting {label} without a GPU: this profile asks for none")
+        self.__dict__["_gpushare_granted"] = True
+        self.apply_profile(profile)
+        self.apply_no_gpu(profile)
+        try:
+            return await maybe_future(super().start())
+        except BaseException:
+            self.gpushare_cpu_only = False
+            raise
+
+    def apply_no_gpu(self, profile: Profile) -> None:
+        """Make sure a server without a grant sees no GPU (per spawner; env by default)."""
+
     async def stop(self, now: bool = False) -> Any:  # type: ignore[override]
         gid = self.grant_id
+        if gid and not (self.gpushare_last_stop or {}).get("message"):
+            await self._note_stop_reason(gid)
         try:
             return await maybe_future(super().stop(now=now))
         finally:
@@ -401,25 +542,67 @@ class GPUShareSpawner(Spawner):
                 if self.grant_id == gid:
                     self.grant_id = None
 
+    async def _note_stop_reason(self, grant_id: str) -> None:
+        """Remember why the server stops when the broker asked for it (preemption)."""
+        try:
+            grant = await asyncio.wait_for(self.broker.get_grant(grant_id), 3.0)
+        except (BrokerError, asyncio.TimeoutError) as exc:
+            self.log.warning("gpushare: no stop reason from the broker for %s: %s", grant_id, exc)
+            return
+        pre = grant.preemption if grant is not None else None
+        if isinstance(pre, dict) and pre:
+            self._record_stop(
+                "preempted",
+                "Your server was stopped because its GPU share was borrowed and the owning "
+                f"team needed it back ({pre.get('reason') or 'preemption'}). Nothing of yours "
+                "was lost on disk; start it again with a profile inside your team's guarantee.",
+            )
+
+    def _record_stop(self, kind: str, message: str) -> None:
+        self.gpushare_last_stop = {
+            "kind": kind,
+            "message": message,
+            "at": _iso(time.time()),
+            "profile": self.gpushare_profile,
+        }
+        self.log.info("gpushare %s: %s", self._log_name, message)
+
     async def poll(self) -> Any:  # type: ignore[override]
         status = await maybe_future(super().poll())
         gid = self.grant_id
+        if gid and status is not None:
+            # the process is gone: its grant goes at once, not at the hub's next stop()
+            self._record_stop(
+                "died",
+                f"Your server stopped by itself (exit status {status}); its GPU share was "
+                "released.",
+            )
+            self.grant_id = None
+            await self.release_grant(gid)
+            return status
         if status is None and gid and not self.__dict__.get("_gpushare_checked"):
-            # first look after a hub restart: does the broker still know this grant?
-            self.__dict__["_gpushare_checked"] = True
+            # after a hub restart: does the broker still know this grant? Ask until it answers.
+            next_try = self.__dict__.get("_gpushare_check_after", 0.0)
+            if time.monotonic() < next_try:
+                return status
             try:
                 grant = await self.broker.get_grant(gid)
             except BrokerError as exc:
-                self.log.warning("gpushare: cannot check grant %s: %s", gid, exc)
+                self.__dict__["_gpushare_check_after"] = time.monotonic() + CHECK_RETRY_S
+                self.log.warning(
+                    "gpushare: cannot check grant %s yet (asking again in %.0f s): %s",
+                    gid, CHECK_RETRY_S, exc,
+                )
+                return status
+            self.__dict__["_gpushare_checked"] = True
+            if grant is None or grant.raw.get("released_at"):
+                self.log.warning(
+                    "gpushare: %s runs but its grant %s is no longer live",
+                    self._log_name,
+                    gid,
+                )
             else:
-                if grant is None or grant.raw.get("released_at"):
-                    self.log.warning(
-                        "gpushare: %s runs but its grant %s is no longer live",
-                        self._log_name,
-                        gid,
-                    )
-                else:
-                    self.gpushare_grant = grant
+                self.gpushare_grant = grant
         return status
 
     async def release_grant(self, grant_id: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -38,12 +39,15 @@ def iso_now() -> str:
 
 
 def heartbeat_body(
-    grant_id: str, att: Attribution, simulated: bool, ts: str | None = None
+    grant_id: str, att: Attribution, simulated: bool, ts: float | None = None
 ) -> dict[str, Any]:
-    """The ``POST /heartbeats`` body for this server's use in one sample."""
+    """The ``POST /heartbeats`` body for this server's use in one sample.
+
+    ``ts`` is the sample's time in seconds since the epoch (a number: the broker's
+    contract, ``broker/openapi.yaml``), default now."""
     return {
         "grant_id": grant_id,
-        "ts": ts or iso_now(),
+        "ts": round(time.time() if ts is None else float(ts), 3),
         "gpus": [
             {
                 "uuid": g.uuid,
