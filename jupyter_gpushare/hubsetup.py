@@ -198,6 +198,13 @@ def setup_gpushare(
     env["GPUSHARE_BROKER_URL"] = api_url
     c.Spawner.environment = env
 
+    # the hub's home and "not running" pages say why a server went away (preempted, died)
+    from jupyter_gpushare.spawner.templates import TEMPLATES_DIR
+
+    paths = list(_cfg_get(c.JupyterHub, "template_paths", []))
+    if TEMPLATES_DIR not in paths:
+        c.JupyterHub.template_paths = [*paths, TEMPLATES_DIR]
+
     if spawner:
         c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
     c.GPUShareSpawner.broker_url = api_url
