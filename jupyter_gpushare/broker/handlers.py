@@ -557,9 +557,8 @@ class ProfilesHandler(BaseHandler):
                 "you may list only your own profiles",
             )
         teams = await self.teams_of(user)
-        self.send(
-            {"user": user, "teams": list(teams), "profiles": self.ctx.broker.profiles_view(teams)}
-        )
+        profiles = self.ctx.broker.profiles_view(teams, user)
+        self.send({"user": user, "teams": list(teams), "profiles": profiles})
 
 
 def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:

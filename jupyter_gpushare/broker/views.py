@@ -6,11 +6,12 @@ here changes the state or writes to the database.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from ..core.admission import Decision, Outcome
+from ..core.admission import AdmissionFacts, Decision, Outcome, decide
 from ..core.model import Grant, Request, from_milli
 from ..core.placement import place
 from .db import grants_table, requests_table
@@ -21,6 +22,10 @@ from .serial import gpus_json, iso, slices_to_json, spec_to_request
 
 class ViewsMixin(LedgerMixin):
     """The API's answers about grants, requests, the queue, notices, usage and profiles."""
+
+    if TYPE_CHECKING:  # the lifecycle's, for the profiles' dry run
+
+        def facts(self, now: float, request: Request, retry: bool = False) -> AdmissionFacts: ...
 
     def notice_of(self, grant_id: str) -> dict[str, Any]:
         grant = self.state.grants[grant_id]
@@ -292,7 +297,11 @@ class ViewsMixin(LedgerMixin):
             rows = list(conn.execute(query))
         return [self._request_view(r) for r in rows]
 
-    def profiles_view(self, teams: tuple[str, ...]) -> list[dict[str, Any]]:
+    def profiles_view(self, teams: tuple[str, ...], user: str = "") -> list[dict[str, Any]]:
+        """Profiles of ``teams`` with each team's availability; with ``user``, also the
+        admission's own answer for that user now (``decision``: a dry run of ``decide``,
+        nothing stored), so the spawn form says exactly what a request would get."""
+        now = self.clock()
         out = []
         for profile in self.policy.profiles_for(set(teams)):
             avail: dict[str, Any] = {}
@@ -316,6 +325,16 @@ class ViewsMixin(LedgerMixin):
                     gpu_models=profile.gpu_models,
                 )
                 ask = profile.gpu.units_milli
+                dry = None
+                if user:
+                    probe = replace(probe, user=user)
+                    d = decide(self.state, probe, "dry-run", self.facts(now, probe, retry=True))
+                    dry = {
+                        "outcome": d.outcome.value,
+                        "reason": d.reason,
+                        "code": d.code,
+                        "borrowed": bool(d.grant.borrowed) if d.grant is not None else None,
+                    }
                 avail[team_name] = {
                     "guaranteed": from_milli(quota.guaranteed_milli),
                     "borrow_limit": from_milli(quota.borrow_limit_milli),
@@ -324,6 +343,7 @@ class ViewsMixin(LedgerMixin):
                     "within_borrow_limit": used + ask
                     <= quota.guaranteed_milli + quota.borrow_limit_milli,
                     "fits_now": place(self.state, probe) is not None,
+                    **({"decision": dry} if dry is not None else {}),
                 }
             gpu = profile.gpu
             out.append(
