@@ -18,6 +18,8 @@ It adds:
   role: ``users:activity!user`` and ``access:servers!server``) plus
   ``access:services!service=gpushare``, so a single-user server may talk to the broker for
   its own server only;
+* OAuth for the broker's browser pages (``oauth_no_confirm``, and
+  ``oauth_client_allowed_scopes`` so an admin's login carries ``custom:gpushare:admin``);
 * ``c.JupyterHub.spawner_class`` (``local``, ``simple`` or ``kube``) and the environment
   ``GPUSHARE_BROKER_URL`` of single-user servers.
 
@@ -50,6 +52,8 @@ CUSTOM_SCOPES = {
     },
     "custom:gpushare:metrics": {"description": "Read the gpushare broker's Prometheus metrics."},
 }
+BROWSER_SCOPES = ("custom:gpushare:admin", "custom:gpushare:metrics")
+"""Scopes a browser login (OAuth token) of the broker may carry, where the user has them."""
 BROKER_HUB_SCOPES = [
     "list:users",
     "read:users",
@@ -141,6 +145,10 @@ def setup_gpushare(
             "environment": dict(broker_env or {}),
             "display": False,
             "cwd": data_dir,
+            # browsers log in to the broker's pages with the hub's OAuth: no confirmation
+            # page, and a login carries the admin and metrics scopes of users who have them
+            "oauth_no_confirm": True,
+            "oauth_client_allowed_scopes": list(BROWSER_SCOPES),
         }
     )
     services.append({"name": SPAWNER_SERVICE, "api_token": tokens["spawner"]})

@@ -13,6 +13,7 @@ import gc
 import importlib
 import logging
 import os
+import secrets
 import signal
 from typing import Any
 from urllib.parse import urlparse
@@ -25,12 +26,13 @@ from traitlets import Bool, Float, Integer, Type, Unicode, default
 from traitlets.config import Application
 
 from ..core.model import Policy
-from .auth import HubTokenAuthenticator, TokenAuthenticator
+from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
 from .db import make_engine
 from .handlers import Context, routes
 from .hubclient import HubClient
 from .job_runner import JobManager, JobsBatchBackend
 from .metrics import BrokerMetrics
+from .pages import page_routes
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .reconcile import HolderChecker, HubHolderChecker, reconcile
 from .service import Broker
@@ -126,6 +128,19 @@ class BrokerApp(Application):
         "~15 ms per 1,000 live grants.",
     )
     groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
+    browser_login = Bool(
+        True,
+        config=True,
+        help="Accept the hub's OAuth login for browsers (pages under the service prefix and "
+        "the JSON API, with XSRF protection on changes); needs use_hub. Tokens always work.",
+    )
+    cookie_secret_file = Unicode(
+        "gpushare_cookie_secret",
+        config=True,
+        help="File holding the secret that signs login cookies (created, mode 0600, if "
+        "missing; relative to the working directory, under JupyterHub the data dir). "
+        "Empty: a new secret each start (browsers then log in again after a restart).",
+    )
 
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
 
@@ -218,10 +233,43 @@ class BrokerApp(Application):
             self.reconcile_min_age_s,
             self.jobs,
         )
+        self.login: BrowserLogin | None = None
+        if self.browser_login and self.use_hub:
+            self.login = BrowserLogin(
+                api_url=self.hub_api_url, api_token=self.api_token, base_url=self.base_url,
+                parent=self,
+            )
+        self.ctx.login = self.login
         self.web_app = web.Application(
-            routes(self.base_url, self.ctx), log_function=self._log_request
+            routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
+            log_function=self._log_request,
+            cookie_secret=self._cookie_secret(),
         )
         return self.web_app
+
+    def _cookie_secret(self) -> bytes:
+        """The secret that signs login cookies, kept in ``cookie_secret_file``."""
+        if not self.cookie_secret_file:
+            return secrets.token_bytes(32)
+        path = self.cookie_secret_file
+        try:
+            with open(path) as f:
+                return bytes.fromhex(f.read().strip())
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            self.log.warning("gpushare: cannot read cookie secret %s (%s): a new one", path, exc)
+            return secrets.token_bytes(32)
+        secret = secrets.token_bytes(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secret.hex())
+        except FileExistsError:  # another broker wrote it meanwhile
+            return self._cookie_secret()
+        except OSError as exc:
+            self.log.warning("gpushare: cannot write cookie secret %s (%s)", path, exc)
+        return secret
 
     def _log_request(self, handler: web.RequestHandler) -> None:
         status = handler.get_status()

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from jupyterhub.services.auth import HubOAuthenticated
 from traitlets import Dict, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
@@ -196,3 +197,109 @@ class StaticTokenAuthenticator(TokenAuthenticator):
         if model is None:
             return None
         return identity_from_model(model, self.service_name)
+
+
+# -- browser login (the hub's OAuth) ---------------------------------------------------------
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class BrowserLogin(LoggingConfigurable):
+    """The hub's OAuth login for browsers, with JupyterHub's own :class:`HubOAuth`.
+
+    A browser that opens a page of the broker without a cookie is sent to the hub's
+    ``/hub/api/oauth2/authorize``; the hub (where the user is logged in) sends it back to
+    ``<prefix>oauth_callback`` with a code, which :class:`HubOAuthCallbackHandler` trades for
+    an OAuth token kept in a signed cookie. Every later request (pages and the JSON API)
+    is identified by that token, whose scopes the hub limits to the service's
+    ``oauth_client_allowed_scopes`` (``hubsetup`` allows the admin and metrics scopes),
+    so a user who is not a gpushare admin never gets the admin scope in a browser.
+
+    Cookie-authenticated requests that change state (POST, PUT, PATCH, DELETE) must carry
+    the XSRF token (header ``X-XSRFToken`` or form field ``_xsrf``) that pages embed;
+    token-authenticated API calls (``Authorization: token ...``) need none.
+    """
+
+    client_id = Unicode(config=True, help="OAuth client id (default: $JUPYTERHUB_CLIENT_ID, "
+                        "else service-<name>).")
+    redirect_uri = Unicode(config=True, help="OAuth callback URL (default: "
+                           "$JUPYTERHUB_OAUTH_CALLBACK_URL, else <prefix>oauth_callback).")
+
+    def __init__(self, *, api_url: str, api_token: str, base_url: str,
+                 service_name: str = "gpushare", cache_max_age: int = 300, **kwargs: Any):
+        super().__init__(**kwargs)
+        from jupyterhub.services.auth import HubOAuth
+
+        self.service_name = service_name
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        client_id = (self.client_id or os.environ.get("JUPYTERHUB_CLIENT_ID")
+                     or f"service-{service_name}")
+        redirect = (self.redirect_uri or os.environ.get("JUPYTERHUB_OAUTH_CALLBACK_URL")
+                    or self.base_url + "oauth_callback")
+        self.hub_oauth = HubOAuth(api_url=api_url, api_token=api_token or "unset",
+                                  base_url=self.base_url, oauth_client_id=client_id,
+                                  oauth_redirect_uri=redirect, cache_max_age=cache_max_age)
+
+    def has_cookie(self, handler: Any) -> bool:
+        """Whether the request carries this service's login cookie (signed and unexpired)."""
+        return handler.get_secure_cookie(self.hub_oauth.cookie_name) is not None
+
+    async def identify(self, handler: Any) -> Identity | None:
+        """The identity behind the login cookie (``None``: expired, revoked, no access)."""
+        model = await self.hub_oauth.get_user(handler, sync=False)
+        if not model:
+            return None
+        return identity_from_model(model, self.service_name)
+
+
+class BrowserAuthMixin(HubOAuthenticated):  # type: ignore[misc]
+    """What a tornado handler of the broker needs for browser logins.
+
+    JupyterHub's ``HubOAuthenticated`` gives the XSRF token bound to the login
+    (``self.xsrf_token``) and its check (``self.check_xsrf_cookie()``). The handler sets
+    ``self.login`` (a :class:`BrowserLogin` or ``None``) and calls
+    :meth:`login_from_cookie` when a request has no ``Authorization`` header.
+    """
+
+    login: BrowserLogin | None = None
+    _token_authenticated = False
+
+    @property
+    def hub_auth(self) -> Any:
+        return self.login.hub_oauth if self.login is not None else None
+
+    @hub_auth.setter
+    def hub_auth(self, value: Any) -> None:  # HubAuthenticated's setter; unused here
+        pass
+
+    def check_xsrf_cookie(self) -> None:
+        # token calls need no XSRF token; browsers (cookie calls) do, on state changes
+        if self._token_authenticated or self.login is None:
+            return None
+        return super().check_xsrf_cookie()  # type: ignore[no-any-return]
+
+    def get_current_user(self) -> Any:  # never a blocking call to the hub
+        return getattr(self, "identity", None)
+
+    def has_login_cookie(self) -> bool:
+        return self.login is not None and self.login.has_cookie(self)
+
+    async def login_from_cookie(self) -> None:
+        """Set ``self.identity`` from the login cookie; for a request that changes state the
+        XSRF token is checked first (403 naming ``_xsrf`` without it)."""
+        from .errors import BrokerError
+
+        assert self.login is not None
+        if self.request.method not in SAFE_METHODS:
+            try:
+                self.check_xsrf_cookie()
+            except Exception as exc:  # tornado's HTTPError(403, ...)
+                raise BrokerError(403, "a browser request that changes something needs "
+                                  "the XSRF token (header X-XSRFToken)", "_xsrf") from exc
+        try:
+            identity = await self.login.identify(self)
+        except Exception as exc:
+            raise BrokerError(503, "cannot check the login with the hub") from exc
+        if identity is None:
+            raise BrokerError(403, "this login may not use the gpushare service")
+        self.identity = identity

@@ -21,7 +21,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..core.model import UNIT, GPUAsk, Kind, Request
-from .auth import Identity, TokenAuthenticator
+from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
 from .preempt import NoticeHub
@@ -45,6 +45,7 @@ class Context:
     checker: HolderChecker
     reconcile_min_age_s: float = 60.0
     jobs: Any = None  # the JobManager (batch jobs), when enabled
+    login: BrowserLogin | None = None  # the hub's OAuth login for browsers (None: tokens only)
 
 
 class BadField(BrokerError):
@@ -145,17 +146,15 @@ def _json_body(handler: web.RequestHandler) -> dict[str, Any]:
 # -- base ------------------------------------------------------------------------------------
 
 
-class BaseHandler(web.RequestHandler):
+class BaseHandler(BrowserAuthMixin, web.RequestHandler):
     public = False
     ctx: Context
     identity: Identity
 
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.login = ctx.login
         self._t0 = time.perf_counter()
-
-    def check_xsrf_cookie(self) -> None:  # token auth only, no cookies
-        return None
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -168,9 +167,12 @@ class BaseHandler(web.RequestHandler):
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() not in ("token", "bearer") or not token:
+            if self.has_login_cookie():  # a browser logged in with the hub (auth.BrowserLogin)
+                return self.login_from_cookie()
             raise BrokerError(
                 401, "authentication required: Authorization: token <JupyterHub token>"
             )
+        self._token_authenticated = True
         identity = self.ctx.auth.cached(token)
         if identity is not None:  # the hot path: no await, no hub
             self.identity = identity
