@@ -73,6 +73,7 @@ def nvml_gpus() -> list[GPU]:
                     model=_text(pynvml.nvmlDeviceGetName(handle)),
                     memory_mib=int(memory),
                     index=index,
+                    vendor="nvidia",
                 )
             )
         return gpus

@@ -45,6 +45,7 @@ def _policy_ok(plan: Plan) -> None:
         gpus = [g for n in check.policy.nodes_in(p.name) for g in n.gpus]
         assert len(gpus) == p.cards
         assert {g.model for g in gpus} == {p.card.model}
+        assert {g.vendor for g in gpus} == {p.card.vendor}
 
 
 # ------------------------------------------------------------------ organisation 1
@@ -205,3 +206,30 @@ def test_cli_plan_example_in_hub_config(tmp_path: Path) -> None:
     policy = tmp_path / "draft.yaml"
     assert cli.main(["plan", str(example), "--policy", str(policy)]) == 0
     assert cli.main(["check-policy", "-q", str(policy)]) == 0
+
+
+# ------------------------------------------------------------- vendor in the policy
+
+
+def test_policy_names_the_vendor_and_the_spawn_form_shows_the_card() -> None:
+    from jupyter_gpushare.spawner.form import choices_for, render_form
+
+    check = check_policy(draft_policy(_plan("org2-metax-mixed.yaml")), "draft.yaml")
+    assert check.policy is not None
+    choices = {c.slug: c for c in choices_for(check.policy, ["chat"])}
+    assert choices["chat-llama7b"].card == "MetaX C500"
+    assert "on MetaX C500" in render_form(list(choices.values()))
+    nvidia = check_policy(draft_policy(_plan("org3-growth-two-racks.yaml")), "d.yaml").policy
+    assert nvidia is not None
+    (choice,) = choices_for(nvidia, ["apps"])
+    assert choice.card == "NVIDIA H100 80GB HBM3"  # the model already names its vendor
+
+
+def test_a_bad_vendor_is_an_error_with_its_line() -> None:
+    text = draft_policy(_plan("org3-growth-two-racks.yaml")).replace(
+        "vendor: nvidia", "vendor: 'nvidia corp'", 1)
+    check = check_policy(text, "draft.yaml")
+    assert check.policy is None
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if "nvidia corp" in t)
+    assert any(str(e).startswith(f"draft.yaml:{line}: inventory.nodes[0].gpus[0].vendor: got "
+                                 "'nvidia corp' (expected a vendor name") for e in check.errors)

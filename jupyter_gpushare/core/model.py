@@ -54,6 +54,7 @@ class GPU:
     index: int = 0
     units_milli: int = UNIT  # a MIG device is a fraction of its card (e.g. 1g of 7 = 142)
     simulated: bool = False
+    vendor: str = ""  # who makes the card: "nvidia", "amd", "metax", ... ("" = not said)
 
 
 @dataclass(frozen=True)

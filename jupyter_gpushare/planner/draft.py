@@ -61,7 +61,8 @@ def _inventory(plan: Plan, s: Scenario) -> list[str]:
                 f"      cpu: {racks.gpus_per_server * NODE_CPU_PER_GPU}",
                 f"      memory: {racks.gpus_per_server * NODE_RAM_GIB_PER_GPU}GiB",
                 "      gpus:",
-                f"        - {{model: {_q(p.card.model)}, memory: {memory}, count: {n}}}",
+                f"        - {{model: {_q(p.card.model)}, vendor: {p.card.vendor}, memory: "
+                f"{memory}, count: {n}}}",
             ]
             left -= n
             index += 1

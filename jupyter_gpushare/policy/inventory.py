@@ -77,6 +77,7 @@ def _parse_gpus(ctx: Collector, f: Fields, path: str, node_name: str, simulated:
         if units is not None and units > UNIT:
             ctx.error(g.line("units"), join(ipath, "units"),
                       "a device cannot be more than one GPU (expected a fraction up to 1)")
+        vendor = g.get("vendor") or ""
         uuids = g.get("uuids") or ()
         if uuids and len(uuids) != count:
             ctx.error(g.line("uuids"), join(ipath, "uuids"),
@@ -88,7 +89,8 @@ def _parse_gpus(ctx: Collector, f: Fields, path: str, node_name: str, simulated:
             index = len(gpus)
             default = f"GPU-sim-{node_name}-{index}" if simulated else f"GPU-{node_name}-{index}"
             uuid = uuids[k] if uuids else default
-            gpus.append(GPU(uuid, model, memory, index, min(units or UNIT, UNIT), simulated))
+            gpus.append(GPU(uuid, model, memory, index, min(units or UNIT, UNIT), simulated,
+                            vendor))
     return tuple(gpus)
 
 

@@ -149,6 +149,15 @@ def _quantity(pattern: str, minimum: float = 0, exclusive: bool = False) -> dict
                       {"type": "string", "pattern": pattern}]}
 
 
+def _vendor(value: object) -> str:
+    if isinstance(value, str) and _VENDOR.match(value.strip().lower()):
+        return value.strip().lower()
+    raise UnitError("a vendor name such as nvidia, amd or metax")
+
+
+_VENDOR = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+VENDOR = Value(_vendor, {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]{0,31}$"},
+               "a vendor name such as nvidia, amd or metax")
 TEXT = Value(_text, {"anyOf": [{"type": "string", "pattern": r"\S"}, {"type": "number"}]},
              "a non-empty text")
 WHOLE = Value(_whole, {"type": "integer"}, "a whole number")
@@ -259,6 +268,7 @@ GPUS = Section("GPUs of a node", (
     _k("count", POSITIVE_WHOLE, "how many such GPUs", default=1),
     _k("units", DEVICE_SHARE, "share of a card each device is (MIG: 1/7)", default=1),
     _k("uuids", NAMES, "the real GPU uuids, one per GPU"),
+    _k("vendor", VENDOR, "who makes the card: nvidia, amd, metax, ... (shown with the model)"),
 ))
 NODE = Section("A node", (
     _k("name", TEXT, "node name", required=True),

@@ -21,6 +21,7 @@ __all__ = [
     "OptionsError",
     "ProfileChoice",
     "choices_for",
+    "describe_card",
     "describe_share",
     "render_form",
     "validate_options",
@@ -63,6 +64,7 @@ class ProfileChoice:
     user_cap: float | None = None  # GPU units one user may hold in the pool
     gpu_hours_left: float | None = None  # the team's GPU-hours left this month in the pool
     outcome: str = ""  # the broker's dry-run answer: granted | preempting | queued | refused
+    card: str = ""  # which card(s): "MetaX C500", "NVIDIA H200" (vendor + model)
 
 
 # --------------------------------------------------------------------------- choices
@@ -104,6 +106,26 @@ def describe_share(profile: Profile, policy: Policy) -> str:
     return f"{_fraction_text(ask.fraction_milli)} GPU ({', '.join(parts)})"
 
 
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "metax": "MetaX"}
+
+
+def describe_card(profile: Profile, policy: Policy) -> str:
+    """The card(s) a profile lands on, vendor and model: "MetaX C500" ("" for no GPU)."""
+    if profile.gpu.is_empty or not profile.pool:
+        return ""
+    names = []
+    for g in (g for n in policy.nodes_in(profile.pool) for g in n.gpus):
+        if profile.gpu_models and g.model not in profile.gpu_models:
+            continue
+        vendor = _VENDOR_NAMES.get(g.vendor, g.vendor)
+        name = g.model
+        if vendor and not name.lower().startswith(vendor.lower()):
+            name = f"{vendor} {name}"
+        if name not in names:
+            names.append(name)
+    return " or ".join(names)
+
+
 def choices_for(policy: Policy, groups: Iterable[str]) -> list[ProfileChoice]:
     """The profiles the user's teams may use, in policy order (availability unknown)."""
     teams = policy.teams_of(set(groups))
@@ -133,6 +155,7 @@ def choices_for(policy: Policy, groups: Iterable[str]) -> list[ProfileChoice]:
                 team=allowed_team or "",
                 max_lifetime_s=p.max_lifetime_s,
                 user_cap=None if cap is None else cap / UNIT,
+                card=describe_card(p, policy),
             )
         )
     return out
@@ -320,6 +343,9 @@ def render_form(
         status = _status_line(c)
         facts = _facts_line(c)
         pool = f'<span class="gpushare-pool">pool {e(c.pool)}</span>' if c.pool else ""
+        if c.card:
+            pool += f' <span class="gpushare-card">on {e(c.card)}</span>'
+
         classes = "gpushare-profile" + (" gpushare-unavailable" if c.available is False else "")
         share = c.share + (" (simulated)" if simulated and c.units else "")
         rows.append(
