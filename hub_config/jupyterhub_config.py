@@ -114,9 +114,10 @@ c.JupyterHub.load_groups = {team: {"users": users} for team, users in TEAMS.item
 c.JupyterHub.allow_named_servers = True
 
 # ---------------------------------------------------------------- gpushare
+# set before setup_gpushare: batch jobs deliver their notebooks into the same folders
+c.SimpleLocalProcessSpawner.home_dir_template = str(DATA / "home" / "{username}")
 setup_gpushare(c, str(POLICY), spawner="simple", data_dir=str(DATA), admin_users=[ADMIN])
 c.GPUShareSpawner.policy_file = str(POLICY)
-c.SimpleLocalProcessSpawner.home_dir_template = str(DATA / "home" / "{username}")
 
 # ---------------------------------------------------------------- single-user servers
 VENV_BIN = Path(sys.executable).parent

@@ -26,6 +26,7 @@ from . import __version__
 COMMAND_MODULES: list[str] = [
     "jupyter_gpushare.report.command",
     "jupyter_gpushare.planner.command",
+    "jupyter_gpushare.jobs_cli",
 ]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 

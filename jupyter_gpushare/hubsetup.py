@@ -102,6 +102,18 @@ def _tokens(data_dir: str) -> dict[str, str]:
     return tokens
 
 
+def _job_args(c: Any, spawner: str | None, broker_args: Any) -> list[str]:
+    """Batch jobs go where the spawner puts users' files, as the user it runs servers as."""
+    if any(str(a).startswith("--JobManager.user_root_template") for a in broker_args):
+        return []
+    if spawner == "simple":
+        home = _cfg_get(c.SimpleLocalProcessSpawner, "home_dir_template", "/tmp/{username}")
+        return [f"--JobManager.user_root_template={home}"]
+    if spawner == "local":
+        return ["--JobManager.run_as=user"]
+    return []
+
+
 def setup_gpushare(
     c: Any,
     policy_file: str,
@@ -132,6 +144,7 @@ def setup_gpushare(
         "jupyter_gpushare.broker",
         f"--BrokerApp.policy_file={os.path.abspath(policy_file)}",
         f"--BrokerApp.db_url={db_url}",
+        *_job_args(c, spawner, broker_args),
         *broker_args,
     ]
     services = list(_cfg_get(c.JupyterHub, "services", []))

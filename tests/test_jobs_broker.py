@@ -120,7 +120,8 @@ async def test_a_failing_notebook_keeps_its_output_and_names_the_cell(
     assert done["state"] == "failed"
     err = done["error"]
     assert err["ename"] == "ValueError" and err["evalue"] == "bad value 7"
-    assert err["summary"] == "cell 4 failed: ValueError: bad value 7"  # after the injected cell
+    assert err["summary"] == "cell 3 failed: ValueError: bad value 7"  # as submitted
+    assert err["executed_cell_index"] == 3  # after the injected parameters cell
     assert "raise ValueError" in err["source"] and "\x1b" not in err["traceback"]
     assert done["reason"] == err["summary"]
     executed = json.loads((tmp_path / "home" / "bob" / done["output_path"]).read_text())

@@ -51,15 +51,28 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _error_of(exc: BaseException) -> dict[str, Any]:
+def _injected_before(executed: Path, index: int) -> bool:
+    """Whether papermill injected its parameters cell before cell ``index``."""
+    try:
+        cells = json.loads(executed.read_text())["cells"][:index]
+    except (OSError, ValueError, KeyError):
+        return False
+    return any("injected-parameters" in (c.get("metadata") or {}).get("tags", []) for c in cells)
+
+
+def _error_of(exc: BaseException, executed: Path) -> dict[str, Any]:
     from papermill.exceptions import PapermillExecutionError
 
     from ..core.jobs import cell_error, strip_ansi
 
     if isinstance(exc, PapermillExecutionError):
-        return cell_error(
-            exc.cell_index, exc.exec_count, exc.ename, exc.evalue, exc.traceback, exc.source
+        # name the cell as the user knows it: its place in the notebook they submitted
+        index = exc.cell_index - (1 if _injected_before(executed, exc.cell_index) else 0)
+        out = cell_error(
+            index, exc.exec_count, exc.ename, exc.evalue, exc.traceback, exc.source
         ).to_json()
+        out["executed_cell_index"] = exc.cell_index
+        return out
     text = strip_ansi(f"{type(exc).__name__}: {exc}").strip()
     return {"summary": text.splitlines()[0][:500] if text else type(exc).__name__,
             "ename": type(exc).__name__, "evalue": text[:2000], "traceback": "",
@@ -93,7 +106,7 @@ def run(attempt_dir: Path) -> int:
             request_save_on_cell_execute=True,
         )
     except BaseException as exc:  # noqa: BLE001 - every failure is reported in status.json
-        error = _error_of(exc)
+        error = _error_of(exc, local_out)
         code = 143 if TERMINATED["flag"] else 1
         print(f"--- {error.get('summary')} ---", flush=True)
     out = spec.get("output_path")
