@@ -178,11 +178,17 @@ class ViewsMixin(LedgerMixin):
             "kind": req.kind.value,
             "position": self.position(req),
             "expected_wait_s": self.expected_wait(req, now),
+            "deadline": self.reclaim_deadline(req.id),
             "grant_id": grant.id if grant else None,
             "grant": self.grant_view(grant) if grant else None,
             "victims": list(decision.victims) if decision.outcome is Outcome.PREEMPTING else [],
             "created_at": iso(now),
         }
+
+    def reclaim_deadline(self, request_id: str) -> str | None:
+        """When a preempting request's victims are stopped (their notices' deadline)."""
+        pend = self.pending.get(request_id)
+        return iso(pend.deadline) if pend is not None else None
 
     def _request_view(self, row: Any) -> dict[str, Any]:
         req = spec_to_request(row.spec)
@@ -202,6 +208,7 @@ class ViewsMixin(LedgerMixin):
             "kind": row.kind,
             "position": self.position(req),
             "expected_wait_s": self.expected_wait(req, now),
+            "deadline": self.reclaim_deadline(row.id),
             "grant_id": row.grant_id,
             "grant": grant,
             "victims": sorted(pend.victims) if pend else [],

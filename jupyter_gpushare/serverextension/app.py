@@ -12,6 +12,22 @@ from .jobs import job_handlers
 from .service import ServiceConfig, TelemetryService
 
 
+class _LazyTerminals:
+    """The server's terminal manager (jupyter_server_terminals), looked up when needed: that
+    extension may load after this one."""
+
+    def __init__(self, serverapp: Any) -> None:
+        self.serverapp = serverapp
+
+    @property
+    def terminals(self) -> dict[str, Any]:
+        web_app = getattr(self.serverapp, "web_app", None)
+        settings = getattr(web_app, "settings", {}) or {}
+        tm = settings.get("terminal_manager")
+        terms = getattr(tm, "terminals", None)
+        return terms if isinstance(terms, dict) else {}
+
+
 class GPUShareServerApp(ExtensionApp):
     """Live GPU telemetry, limit watchdog and grant information for JupyterLab."""
 
@@ -52,6 +68,12 @@ class GPUShareServerApp(ExtensionApp):
     )
     watchdog_cooldown_s = Float(
         10.0, config=True, help="Seconds the watchdog leaves a kernel alone after acting on it."
+    )
+    watchdog_kill_grace_s = Float(
+        5.0,
+        config=True,
+        help="""A process of the server that is not a kernel (e.g. `python train.py` in a
+        terminal) and goes over the limit gets SIGTERM, then SIGKILL after this many seconds.""",
     )
     low_util_threshold_pct = Float(
         20.0, config=True, help="Compute utilisation (%) under which held memory is flagged."
@@ -106,6 +128,7 @@ class GPUShareServerApp(ExtensionApp):
             watchdog_enabled=self.watchdog_enabled,
             watchdog_grace_samples=self.watchdog_grace_samples,
             watchdog_cooldown_s=self.watchdog_cooldown_s,
+            watchdog_kill_grace_s=self.watchdog_kill_grace_s,
             low_util_threshold_pct=self.low_util_threshold_pct,
             low_util_window_s=self.low_util_window_s,
             low_util_min_memory_mib=self.low_util_min_memory_mib,
@@ -125,6 +148,7 @@ class GPUShareServerApp(ExtensionApp):
             self.service_config(),
             kernel_manager=getattr(sa, "kernel_manager", None),
             session_manager=getattr(sa, "session_manager", None),
+            terminal_manager=_LazyTerminals(sa),
         )
         self.settings["gpushare_service"] = self.service
 

@@ -50,6 +50,7 @@ class ServiceConfig:
     watchdog_enabled: bool = True
     watchdog_grace_samples: int = 2
     watchdog_cooldown_s: float = 10.0
+    watchdog_kill_grace_s: float = 5.0
     low_util_threshold_pct: float = 20.0
     low_util_window_s: float = 300.0
     low_util_min_memory_mib: float = 1024.0
@@ -78,6 +79,7 @@ class TelemetryService:
         session_manager: Any = None,
         grant: GrantInfo | None = None,
         server_pid: int | None = None,
+        terminal_manager: Any = None,
     ) -> None:
         if config.watchdog_action not in ACTIONS:
             raise ValueError(f"watchdog action must be one of {ACTIONS}")
@@ -85,6 +87,7 @@ class TelemetryService:
         self.grant = grant if grant is not None else GrantInfo.from_env()
         self.kernel_manager = kernel_manager
         self.session_manager = session_manager
+        self.terminal_manager = terminal_manager
         self.server_pid = server_pid or os.getpid()
         self.sampler: Sampler = make_sampler(
             "simulated" if self.grant.simulated and config.sampler == "auto" else config.sampler,
@@ -107,6 +110,7 @@ class TelemetryService:
                 self.grant.memory_limit_mib or 0,
                 config.watchdog_grace_samples,
                 config.watchdog_cooldown_s,
+                server_pid=self.server_pid,
             )
             if applies
             else None
@@ -329,24 +333,112 @@ class TelemetryService:
 
     # -- watchdog action -----------------------------------------------------------
     async def enforce(self, v: Violation) -> dict[str, Any]:
-        """Stop the offending kernel as configured and tell the user why."""
+        """Stop the offending kernel or process as configured and tell the user why."""
         action = self.config.watchdog_action
         text = v.message
-        outcome = "no kernel to act on"
+        outcome = "no process to act on"
+        extra: dict[str, Any] = {}
         if v.kernel_id is not None and self.kernel_manager is not None:
             text = f"{v.message}; the kernel was {VERBS[action]}"
             log.error("gpushare watchdog: %s (kernel %s)", text, v.kernel_id)
             outcome = await self._act(action, v.kernel_id)
             if action != "shutdown" and outcome == "done":
                 await self.tell_kernel(v.kernel_id, text)
+        elif v.pid is not None:
+            loop = asyncio.get_running_loop()
+            where = await loop.run_in_executor(None, self._where, v.pid)
+            cmd, terminal = where
+            extra = {"process": cmd, "terminal": terminal}
+            grace = self.config.watchdog_kill_grace_s
+            outcome = await self._stop_process(v.pid, grace)
+            how = (
+                "stopped (SIGTERM)" if outcome == "terminated"
+                else f"killed (SIGKILL, {grace:g} s after SIGTERM)" if outcome == "killed"
+                else "already gone" if outcome == "gone" else f"not stopped ({outcome})"
+            )
+            shown = f" ({cmd})" if cmd else ""
+            text = v.message.replace(
+                f"process {v.pid} ", f"process {v.pid}{shown} ", 1
+            ) + f"; it was {how}"
+            log.error("gpushare watchdog: %s", text)
+            if terminal is not None:
+                self.tell_terminal(terminal, text)
+            if self.simulated_sampler is not None:
+                self._forget_dead_simulated()
         else:
             log.error("gpushare watchdog: %s", text)
         event = {"type": "watchdog", "level": "error", "message": text, "action": action,
-                 "outcome": outcome, **v.to_dict()}
+                 "outcome": outcome, **v.to_dict(), **extra}
         event["message"] = text
         self.events.append(event)
         self.broadcast(json.dumps(event))
         return event
+
+    def _where(self, pid: int) -> tuple[str, str | None]:
+        """The process's command line and the terminal it runs in (blocking: psutil)."""
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            cmd = " ".join(proc.cmdline())[:200]
+            ancestors = {p.pid for p in proc.parents()}
+        except psutil.Error:
+            return "", None
+        for name, term in self._terminals().items():
+            shell = getattr(getattr(term, "ptyproc", None), "pid", None)
+            if shell is not None and (shell == pid or shell in ancestors):
+                return cmd, name
+        return cmd, None
+
+    def _terminals(self) -> dict[str, Any]:
+        tm = self.terminal_manager
+        terms = getattr(tm, "terminals", None)
+        return dict(terms) if isinstance(terms, dict) else {}
+
+    async def _stop_process(self, pid: int, grace_s: float) -> str:
+        """SIGTERM, then SIGKILL if it still runs after ``grace_s``: terminated | killed."""
+        import signal
+
+        import psutil
+
+        try:
+            proc = psutil.Process(pid)
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            return "gone"
+        except psutil.Error as exc:
+            return f"failed: {exc}"
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not _alive(proc):
+                return "terminated"
+            await asyncio.sleep(0.1)
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            return "terminated"
+        except psutil.Error as exc:
+            return f"failed: {exc}"
+        for _ in range(50):
+            if not _alive(proc):
+                break
+            await asyncio.sleep(0.1)
+        return "killed"
+
+    def tell_terminal(self, name: str, text: str) -> bool:
+        """Write the message into the terminal the process ran in (every attached view, and
+        the buffer a view that connects later replays)."""
+        term = self._terminals().get(name)
+        if term is None:
+            return False
+        line = f"\r\n\x1b[1;31m[gpushare] {text}\x1b[0m\r\n"
+        buf = getattr(term, "read_buffer", None)
+        if buf is not None:
+            buf.append(line)
+        for client in list(getattr(term, "clients", []) or []):
+            with contextlib.suppress(Exception):
+                client.on_pty_read(line)
+        return True
 
     async def _act(self, action: str, kernel_id: str) -> str:
         km = self.kernel_manager
@@ -480,6 +572,15 @@ class TelemetryService:
             "limits": self.grant.limits(),
             "samples": items,
         }
+
+
+def _alive(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def notices_of(ans: BrokerAnswer) -> list[dict[str, Any]]:

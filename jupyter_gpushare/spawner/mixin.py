@@ -53,6 +53,18 @@ def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
 
 
+def _parse_iso(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    return d.timestamp()
+
+
 def _clock(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S UTC")
 
@@ -383,10 +395,12 @@ class GPUShareSpawner(Spawner):
             msg = f"Reclaiming borrowed GPU capacity for {label}: " + (
                 answer.reason or "the borrowing servers get their grace period"
             )
-            if answer.expected_wait_s is not None:
+            deadline = _parse_iso(answer.raw.get("deadline"))
+            if deadline is None and answer.expected_wait_s is not None:
+                deadline = time.time() + float(answer.expected_wait_s)
+            if deadline is not None:
                 # the broker's own deadline: the victims' grace period ends then
-                left = max(0.0, float(answer.expected_wait_s))
-                deadline = time.time() + left
+                left = max(0.0, deadline - time.time())
                 data["deadline"] = _iso(deadline)
                 data["seconds_left"] = round(left)
                 msg += (
@@ -413,6 +427,8 @@ class GPUShareSpawner(Spawner):
             note = (answer.status, answer.position)
             now = time.monotonic()
             left = answer.expected_wait_s
+            if answer.status == "preempting" and answer.raw.get("deadline"):
+                left = (_parse_iso(answer.raw.get("deadline")) or time.time()) - time.time()
             every = self.countdown_interval if (left or 0) > 10 else 1.0
             countdown = answer.status == "preempting" and left is not None and now - told >= every
             if note != last or countdown:
