@@ -143,7 +143,8 @@ def need(inp: PlanInput, w: Workload, concurrent: int, est: Estimate | None = No
         if n is None:
             return TaskNeed(w, est, pool, card, concurrent, 0, 0, task_mib(est.total_bytes),
                             f"{task_label(w)} does not fit {card.name} even split over many "
-                            f"cards: {gib(est.fixed_bytes)} of it cannot be sharded")
+                            f"cards: {gib(est.fixed_bytes)} of it cannot be sharded (lower "
+                            "micro_batch or sequence_length, or set activation_checkpointing)")
         return TaskNeed(w, est, pool, card, concurrent, n, 0,
                         task_mib(est.per_card_bytes(n)))
     usable = usable_mib(card.memory_bytes, inp.settings.headroom)
