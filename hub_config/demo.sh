@@ -21,9 +21,10 @@ if [ ! -x hub_config/proxy/node_modules/.bin/configurable-http-proxy ]; then
   (cd hub_config/proxy && npm install --no-audit --no-fund --silent)
 fi
 
-if [ -f labextension/package.json ] && ! .venv/bin/jupyter labextension list 2>&1 | grep -qi gpushare; then
+if [ -f labextension/package.json ] && { [ ! -f jupyter_gpushare/labextension/static/style.js ] \
+    || ! .venv/bin/jupyter labextension list 2>&1 | grep -q jupyter-gpushare; }; then
   echo "== building the JupyterLab extension (once)"
-  (cd labextension && PATH="$ROOT/.venv/bin:$PATH" jlpm install && PATH="$ROOT/.venv/bin:$PATH" jlpm run build:prod) \
+  (cd labextension && npm install --no-audit --no-fund --silent && npm run build:prod >/dev/null) \
     && .venv/bin/pip install -q -e ".[lab]" \
     || echo "!! lab extension build failed: the hub still runs, without the GPU panel" >&2
 fi

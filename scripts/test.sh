@@ -11,6 +11,10 @@ fi
 if [ ! -x hub_config/proxy/node_modules/.bin/configurable-http-proxy ]; then
   (cd hub_config/proxy && npm install --no-audit --no-fund --silent)
 fi
+if [ ! -f jupyter_gpushare/labextension/static/style.js ] && command -v npm >/dev/null 2>&1; then
+  # the JupyterLab extension's build output (git-ignored); the browser tests load it
+  (cd labextension && npm install --no-audit --no-fund --silent && npm run build:prod >/dev/null)
+fi
 export PATH="$PWD/.venv/bin:$PWD/hub_config/proxy/node_modules/.bin:$PATH"
 .venv/bin/ruff check jupyter_gpushare tests benchmarks
 .venv/bin/mypy
