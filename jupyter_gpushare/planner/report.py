@@ -149,15 +149,15 @@ def _pools(plan: Plan, s: Scenario, grown: bool) -> list[Block]:
         blocks.append(_table(["work", "kind", "at peak", "per task", "GPU units"], rows))
         if p.packed:
             per_card = []
-            for i, b in enumerate(p.packed):
+            for i, b in enumerate(p.packed[:12]):
                 counts: dict[str, int] = {}
                 for label, _m in b:
                     counts[label] = counts.get(label, 0) + 1
                 used = sum(m for _l, m in b)
                 per_card.append(f"card {i + 1}: " + ", ".join(
                     f"{n} x {label}" for label, n in counts.items()) + f" ({used / 1000:.3f})")
-            if len(per_card) > 12:
-                per_card = per_card[:12] + [f"... {len(p.packed) - 12} more cards"]
+            if len(p.packed) > 12:
+                per_card.append(f"... {len(p.packed) - 12} more cards")
             blocks.append(_p(f"{p.whole_cards} card(s) for whole-card tasks, "
                              f"{len(p.packed)} packed (best-fit decreasing):"))
             blocks.append(_ul(per_card))
