@@ -208,6 +208,16 @@ def test_cli_plan_example_in_hub_config(tmp_path: Path) -> None:
     assert cli.main(["check-policy", "-q", str(policy)]) == 0
 
 
+def test_cli_draft_for_today_or_after_growth(tmp_path: Path) -> None:
+    org3 = str(DATA / "org3-growth-two-racks.yaml")
+    grown, now = tmp_path / "grown.yaml", tmp_path / "now.yaml"
+    assert cli.main(["plan", org3, "--policy", str(grown)]) == 0
+    assert cli.main(["plan", org3, "--policy", str(now), "--for", "now"]) == 0
+    count = {f.name: sum(len(n.gpus) for n in check_policy(f.read_text()).policy.nodes)
+             for f in (grown, now)}  # type: ignore[union-attr]
+    assert count == {"grown.yaml": 20, "now.yaml": 10}
+
+
 # ------------------------------------------------------------- vendor in the policy
 
 

@@ -153,6 +153,11 @@ def test_parse_mx_smi_two_c500() -> None:
     assert (g1.uuid, g1.memory_used_mib, g1.utilization_pct) == ("MetaX-0000:34:00.0", 858, 0)
     assert [(p.pid, p.gpu_uuid, p.memory_used_mib) for p in table.processes] == [
         (4242, g0.uuid, 16384), (4310, g0.uuid, 512)]
+    # what the server extension answers says which card it is: vendor and model
+    from jupyter_gpushare.telemetry.model import Sample
+
+    answer = Sample(ts=0.0, gpus=table.gpus, source="mx-smi").to_dict()
+    assert (answer["gpus"][0]["vendor"], answer["gpus"][0]["name"]) == ("MetaX", "MetaX C500")
 
 
 def test_parse_mx_smi_idle_card_with_na_figures() -> None:
