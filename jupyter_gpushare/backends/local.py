@@ -34,6 +34,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,7 @@ class LocalBackend(JobBackend):
         self.python = python
         self.mps = mps
         self._procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
+        self.on_exit: Callable[[], None] | None = None  # called (from a thread) when a run ends
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -163,12 +166,19 @@ class LocalBackend(JobBackend):
         finally:
             log.close()
         self._procs[(spec.job_id, spec.attempt)] = proc
+        threading.Thread(target=self._wait, args=(proc,), daemon=True).start()
         created = psutil.Process(proc.pid).create_time()
         _write_json(adir / "pid", {"pid": proc.pid, "create_time": created})
         return RunHandle(
             self.name, spec.job_id, spec.attempt,
             {"dir": str(adir), "pid": proc.pid, "create_time": created},
         )
+
+    def _wait(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.wait()
+        if self.on_exit is not None:
+            with contextlib.suppress(Exception):
+                self.on_exit()
 
     def _with_pid(self, handle: RunHandle) -> RunHandle:
         adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))

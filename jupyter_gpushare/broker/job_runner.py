@@ -159,6 +159,9 @@ class JobManager(LoggingConfigurable):
     # -- start and stop ---------------------------------------------------------------------
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if hasattr(self.backend, "on_exit"):  # a run that ends wakes the loop at once
+            self.backend.on_exit = lambda: loop.call_soon_threadsafe(self.wake.set)
         await self.recover()
         self._task = asyncio.ensure_future(self._loop())
 
