@@ -88,7 +88,16 @@ class GPUShareServerApp(ExtensionApp):
         60.0, config=True, help="Seconds between usage heartbeats to the broker (GPU-hours)."
     )
     notices_interval_s = Float(
-        30.0, config=True, help="Seconds between polls of the broker for preemption notices."
+        5.0,
+        config=True,
+        help="""Seconds between polls of the broker for preemption notices (a borrowed
+        server's grace period is often 30-60 s: keep this well below it).""",
+    )
+    notices_to_kernels = Bool(
+        True,
+        config=True,
+        help="""Write a preemption notice with its deadline into every kernel's output (and
+        once more shortly before the deadline), not only onto the stream.""",
     )
     broker_timeout_s = Float(5.0, config=True, help="Timeout (s) of each broker request.")
     simulated_gpu_count = Int(
@@ -134,6 +143,7 @@ class GPUShareServerApp(ExtensionApp):
             low_util_min_memory_mib=self.low_util_min_memory_mib,
             heartbeat_interval_s=self.heartbeat_interval_s,
             notices_interval_s=self.notices_interval_s,
+            notices_to_kernels=self.notices_to_kernels,
             broker_timeout_s=self.broker_timeout_s,
             simulated_gpu_count=self.simulated_gpu_count,
             simulated_gpu_model=self.simulated_gpu_model,

@@ -55,7 +55,8 @@ class ServiceConfig:
     low_util_window_s: float = 300.0
     low_util_min_memory_mib: float = 1024.0
     heartbeat_interval_s: float = 60.0
-    notices_interval_s: float = 30.0
+    notices_interval_s: float = 5.0
+    notices_to_kernels: bool = True
     broker_timeout_s: float = 5.0
     simulated_gpu_count: int = 2
     simulated_gpu_model: str = "H200-sim"
@@ -99,6 +100,9 @@ class TelemetryService:
                 "model": config.simulated_gpu_model,
                 "memory_total_mib": self.grant.gpu_memory_mib or config.simulated_gpu_memory_mib,
                 "background_load": config.simulated_background_load,
+                # the server's own use: its kernels compute as hard as they use the CPU
+                "own_pids": lambda: [k.pid for k in self.kernels if k.pid],
+                "own_compute_pct": self.grant.compute_pct,
             },
         )
         self.broker = BrokerLink(self.grant.broker_url, config.api_token, config.broker_timeout_s)
@@ -519,17 +523,37 @@ class TelemetryService:
         return await self.broker.notices(self.grant.grant_id)
 
     async def poll_notices(self) -> None:
-        """Push new preemption notices to stream clients."""
+        """Push new preemption notices to stream clients and into the kernels' output."""
         if self.grant.grant_id is None or not self.broker.configured:
             return
         ans = await self.notices()
         for n in notices_of(ans):
             key = json.dumps(n, sort_keys=True)
+            timed = with_time_left(n)
             if key not in self.seen_notices:
                 self.seen_notices.add(key)
-                msg = json.dumps({"type": "notice", "notice": with_time_left(n)})
+                msg = json.dumps({"type": "notice", "notice": timed})
                 self.notice_messages.append(msg)
                 self.broadcast(msg)
+                await self.tell_kernels(notice_text(timed))
+            left = timed.get("seconds_left")
+            last_call = f"{key}#last"
+            if (
+                isinstance(left, (int, float))
+                and 0 < left <= max(15.0, 2 * self.config.notices_interval_s)
+                and last_call not in self.seen_notices
+            ):
+                self.seen_notices.add(last_call)
+                await self.tell_kernels(notice_text(timed))
+
+    async def tell_kernels(self, text: str) -> None:
+        """Write ``text`` into every kernel's output (preemption notices)."""
+        if not self.config.notices_to_kernels or self.kernel_manager is None:
+            return
+        await asyncio.gather(
+            *(self.tell_kernel(k.kernel_id, text) for k in self.kernels),
+            return_exceptions=True,
+        )
 
     async def grant_answer(self) -> dict[str, Any]:
         """The ``/gpushare/api/grant`` answer."""
@@ -587,6 +611,27 @@ def notices_of(ans: BrokerAnswer) -> list[dict[str, Any]]:
     if not ans.ok or not isinstance(ans.data, dict):
         return []
     return [n for n in ans.data.get("notices", []) if isinstance(n, dict)]
+
+
+def notice_text(notice: dict[str, Any]) -> str:
+    """A preemption notice in words, with its deadline and the time left."""
+    import datetime as dt
+
+    left = notice.get("seconds_left")
+    when = ""
+    deadline = notice.get("deadline_ts")
+    if not isinstance(deadline, (int, float)) and isinstance(left, (int, float)):
+        deadline = time.time() + left
+    if isinstance(deadline, (int, float)):
+        clock = dt.datetime.fromtimestamp(deadline, dt.timezone.utc).strftime("%H:%M:%S UTC")
+        when = f" at {clock}"
+        if isinstance(left, (int, float)):
+            when += f" (in {max(0, round(left))} s)"
+    why = notice.get("reason") or "the owning team needs its GPU share back"
+    return (
+        f"PREEMPTION: this server's GPU share is borrowed and is being reclaimed ({why}). "
+        f"The server will be stopped{when}: save your work now."
+    )
 
 
 def with_time_left(notice: dict[str, Any]) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def attribute(
         else:
             own_mem = sum(p.memory_used_mib or 0.0 for p in procs)
             own_util = (
-                _util_sum(p.sm_util_pct for p in procs)
+                _util_sum(p.sm_util_pct for p in procs) or 0.0  # none of ours: idle
                 if sample.process_utilization
                 else None
             )

@@ -3,6 +3,11 @@
 Every sample it produces says ``simulated=True``. Per-process memory can be set by
 hand (:meth:`SimulatedSampler.set_process_memory`), which is how the watchdog is
 exercised without a GPU: make a real kernel process "use" N MiB.
+
+A server's own use is modelled from its real processes (``own_pids``): a process computes
+on its simulated GPU as hard as it computes on the CPU, up to the grant's compute share
+(``own_compute_pct``). An idle kernel uses nothing; a cell that runs shows up at once.
+The card's total adds a varying load from other users (``background_load``).
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ import math
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .model import GPUSample, ProcessSample, Sample
 from .sampler import DEFAULT_HISTORY_S, DEFAULT_INTERVAL_S, Sampler
@@ -62,8 +68,13 @@ class SimulatedSampler(Sampler):
         memory_total_mib: float = DEFAULT_MEMORY_MIB,
         background_load: bool = True,
         power_limit_w: float = 700.0,
+        own_pids: Callable[[], Iterable[int]] | None = None,
+        own_compute_pct: float | None = None,
     ) -> None:
         super().__init__(interval_s, history_s)
+        self.own_pids = own_pids
+        self.own_compute_pct = float(own_compute_pct or 100.0)
+        self._ps: dict[int, Any] = {}
         self.uuids: tuple[str, ...] = tuple(uuids) or default_uuids(count)
         self.model = model
         self.memory_total_mib = float(memory_total_mib)
@@ -102,6 +113,33 @@ class SimulatedSampler(Sampler):
                 out[p.pid] = out.get(p.pid, 0.0) + p.memory_mib
             return out
 
+    def modelled_use(self) -> dict[int, float]:
+        """Compute (%) each of ``own_pids`` uses now: its CPU use since the last sample,
+        scaled to the grant's compute share. Blocking (psutil): the sampler thread's."""
+        if self.own_pids is None:
+            return {}
+        import psutil
+
+        out: dict[int, float] = {}
+        alive: dict[int, Any] = {}
+        for pid in {p for p in self.own_pids() if p}:
+            proc = self._ps.get(pid)
+            try:
+                if proc is None:
+                    proc = psutil.Process(pid)
+                    proc.cpu_percent(None)  # the first call starts the interval
+                    alive[pid] = proc
+                    continue
+                cpu = float(proc.cpu_percent(None))
+            except psutil.Error:
+                continue
+            alive[pid] = proc
+            util = min(self.own_compute_pct, cpu / 100.0 * self.own_compute_pct)
+            if util >= 0.5:
+                out[pid] = round(util, 1)
+        self._ps = alive
+        return out
+
     # -- sampling ------------------------------------------------------------------
     def _gpu(self, index: int, uuid: str, t: float, procs: list[_SimProcess]) -> GPUSample:
         ph = _phase(uuid)
@@ -129,8 +167,20 @@ class SimulatedSampler(Sampler):
 
     def collect(self) -> Sample:
         t = time.time()
+        modelled = self.modelled_use()
         with self._lock:
             procs = list(self._procs.values())
+        if modelled:
+            first = self.uuids[0]
+            by_pid = {p.pid: p for p in procs if p.gpu_uuid == first}
+            for pid, util in modelled.items():
+                p = by_pid.get(pid)
+                if p is not None:
+                    procs[procs.index(p)] = _SimProcess(
+                        pid, first, p.memory_mib, max(p.sm_util_pct, util)
+                    )
+                else:
+                    procs.append(_SimProcess(pid, first, 0.0, util))
         gpus = tuple(
             self._gpu(i, u, t, [p for p in procs if p.gpu_uuid == u])
             for i, u in enumerate(self.uuids)
