@@ -101,7 +101,9 @@ async def test_hami_pod():
     validate_all(pod)
     lim = limits(pod)
     assert lim["nvidia.com/gpu"] == "1"
-    assert int(lim["nvidia.com/gpumem"]) == 144384 // 4 or int(lim["nvidia.com/gpumem"]) > 0
+    # the grant's memory, a quarter of the 141 GiB card, is the pod's hard limit (MiB)
+    assert lim["nvidia.com/gpumem"] == str(144384 // 4) == str(grant_for("inference-quarter")
+                                                                .gpus[0].memory_mib)
     assert lim["nvidia.com/gpucores"] == "25"
     assert pod["spec"]["schedulerName"] == "hami-scheduler"
     assert pod["metadata"]["annotations"]["nvidia.com/use-gpuuuid"].startswith("GPU-")
