@@ -13,6 +13,8 @@ API::
         hub.create_user("alice", groups=["vision"])           # user (+ groups, created if missing)
         hub.token_for("alice", scopes=["access:services!service=gpushare"])  # a user token
         hub.log_text()     # the hub's log so far (for failure messages)
+        hub.server_pid("alice")   # pid of alice's default server, as THIS hub's spawner has it
+        hub.server_env("alice")   # that process's environment (checked to belong to this hub)
 
     # or as a pytest fixture in your module:
     @pytest.fixture(scope="module")
@@ -25,8 +27,12 @@ the same without ``with``. ``extra_config`` is Python appended to the generated
 ``jupyterhub_config.py`` (``c`` is the config; the variables ``HUB_TMP`` (the folder) and
 ``HUB_PORT``/``HUB_API_PORT`` are defined). The hub uses ``DummyAuthenticator`` with
 ``allow_all``, ``SimpleLocalProcessSpawner`` with ``--allow-root`` and a SQLite database in the
-folder; everything it writes stays in the folder. The proxy is the repository's
-``hub_config/proxy/node_modules/.bin/configurable-http-proxy``; if it is missing,
+folder; everything it writes stays in the folder. Every port is a free one (never the demo
+hub's 8000, 8081 or 10101), and a test finds its processes through this hub (the spawner's
+state, the hub's process group), never by searching the machine's processes by name, so a
+demo hub or another test's hub running beside it with the same user names is never seen.
+The proxy is the repository's ``hub_config/proxy/node_modules/.bin/configurable-http-proxy``;
+if it is missing,
 ``proxy_available()`` is False and callers should ``pytest.skip`` with that reason.
 """
 
@@ -127,6 +133,35 @@ class RealHub:
         status, model = self.api("POST", f"/users/{user}/tokens", body)
         assert status == 201, (status, model)
         return str(model["token"])
+
+    def server_pid(self, user: str, server: str = "") -> int:
+        """The pid of ``user``'s ``server`` as this hub's spawner recorded it.
+
+        Read from the spawner's state (``admin:server_state``, held by the admin token);
+        the process is checked to talk to this hub's API port, so a server of another hub
+        (the demo's alice, say) is never taken for it.
+        """
+        import psutil
+
+        status, model = self.api("GET", f"/users/{user}")
+        assert status == 200, (status, model)
+        srv = (model.get("servers") or {}).get(server)
+        assert srv, f"{user} has no server {server!r} on this hub: {model}"
+        pid = (srv.get("state") or {}).get("pid")
+        assert isinstance(pid, int) and pid > 0, f"no pid in the spawner state: {srv}"
+        env = psutil.Process(pid).environ()
+        assert env.get("JUPYTERHUB_USER") == user, (pid, env.get("JUPYTERHUB_USER"))
+        assert env.get("JUPYTERHUB_SERVER_NAME", "") == server, pid
+        assert f":{self.api_port}/" in env.get("JUPYTERHUB_API_URL", ""), (
+            f"pid {pid} talks to {env.get('JUPYTERHUB_API_URL')}, not this hub"
+        )
+        return pid
+
+    def server_env(self, user: str, server: str = "") -> dict[str, str]:
+        """The environment of ``user``'s ``server`` process (see :meth:`server_pid`)."""
+        import psutil
+
+        return dict(psutil.Process(self.server_pid(user, server)).environ())
 
     def log_text(self) -> str:
         path = self.tmp / "hub.log"

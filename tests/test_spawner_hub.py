@@ -133,21 +133,6 @@ def wait_stopped(hub, user: str, server: str = "", timeout: float = 60) -> None:
     raise AssertionError(f"{user}/{server} still running\n{hub.log_text()[-4000:]}")
 
 
-def server_env(user: str) -> dict[str, str]:
-    """The environment of the user's single-user server process (found by JUPYTERHUB_USER)."""
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            cmd = " ".join(proc.info["cmdline"] or [])
-            if "jupyterhub-singleuser" not in cmd:
-                continue
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        if env.get("JUPYTERHUB_USER") == user and env.get("JUPYTERHUB_SERVER_NAME", "") == "":
-            return env
-    raise AssertionError(f"no single-user server process for {user}")
-
-
 def spawn(hub, user: str, profile: str | None, server: str = "", **extra):
     body = dict(extra)
     if profile is not None:
@@ -165,14 +150,18 @@ def stop(hub, user: str, server: str = "") -> None:
 
 def test_team_a_user_gets_a_debug_grant_and_its_enforcement(setup):
     hub = setup
+    # the user's own view of the spawn: JupyterHub's progress stream, read while it runs
+    reader = ProgressReader(hub, "alice", hub.token_for("alice"))
+    reader.start()
     status, body = spawn(hub, "alice", "debug-eighth")
     assert status in (201, 202), (status, body)
     wait_ready(hub, "alice")
+    reader.join(60)
     grants = live_grants(hub, "alice")
     assert len(grants) == 1
     g = grants[0]
     assert g["team"] == "alpha" and g["pool"] == "debug" and g["profile"] == "debug-eighth"
-    env = server_env("alice")
+    env = hub.server_env("alice")
     assert env["GPUSHARE_GRANT_ID"] == g["id"]
     assert env["GPUSHARE_GPU_UUIDS"] == g["gpus"][0]["uuid"]
     assert env["GPUSHARE_SIMULATED"] == "1"
@@ -182,9 +171,13 @@ def test_team_a_user_gets_a_debug_grant_and_its_enforcement(setup):
     assert env["GPUSHARE_BROKER_URL"].endswith("/services/gpushare/api/v1")
     assert "sim" not in env.get("CUDA_VISIBLE_DEVICES", "")
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
-    # the progress stream told the user about the grant
-    status, _ = hub.api("GET", "/users/alice")
-    assert status == 200
+    # the progress stream told the user about the grant: its share, node and GPU, then ready
+    text = "\n".join(json.dumps(e) for e in reader.events)
+    granted = [e for e in reader.events if str(e.get("message", "")).startswith("Granted ")]
+    assert granted, (text, reader.errors)
+    assert (granted[0].get("gpushare") or {}).get("grant_id") == g["id"], text
+    assert g["gpus"][0]["uuid"] in granted[0]["message"], text
+    assert reader.events[-1].get("ready"), text
     # stopping releases the grant
     stop(hub, "alice")
     assert live_grants(hub, "alice") == []
@@ -234,7 +227,7 @@ def test_borrowed_server_is_reclaimed_for_the_owning_team(setup):
     wait_ready(hub, "bea")
     (victim,) = live_grants(hub, "bea")
     assert victim["borrowed"] and victim["preemptible"]
-    assert server_env("bea")["GPUSHARE_BORROWED"] == "true"
+    assert hub.server_env("bea")["GPUSHARE_BORROWED"] == "true"
     # alpha needs its guarantee back
     # (the spawn call blocks up to the hub's slow_spawn_timeout: run it beside the watcher)
     result: list = []
@@ -377,11 +370,7 @@ def test_hub_restart_keeps_servers_and_grants_consistent(setup, monkeypatch):
     assert spawn(hub, "alice", "debug-eighth")[0] in (201, 202)
     wait_ready(hub, "alice")
     (before,) = live_grants(hub, "alice")
-    pid = int(server_env("alice") and next(
-        p.pid for p in psutil.process_iter(["cmdline"])
-        if "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or [])
-        and p.environ().get("JUPYTERHUB_USER") == "alice"
-    ))
+    pid = hub.server_pid("alice")  # this hub's alice, never another hub's
     proxy_api = int(re.search(r'ConfigurableHTTPProxy.api_url = "http://127.0.0.1:(\d+)"',
                               (hub.tmp / "jupyterhub_config.py").read_text()).group(1))
     hub.stop()
@@ -395,7 +384,7 @@ def test_hub_restart_keeps_servers_and_grants_consistent(setup, monkeypatch):
     assert psutil.pid_exists(pid)
     (after,) = live_grants(hub, "alice")
     assert after["id"] == before["id"]
-    assert server_env("alice")["GPUSHARE_GRANT_ID"] == before["id"]
+    assert hub.server_env("alice")["GPUSHARE_GRANT_ID"] == before["id"]
     # and the restored spawner still releases it on stop
     stop(hub, "alice")
     assert live_grants(hub, "alice") == []
