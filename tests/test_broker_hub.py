@@ -230,7 +230,7 @@ def test_spawner_acts_for_any_user_and_admin_sees_all(env: Any) -> None:
     assert client("POST", "/admin/nodes/lab-0/drain", t["alice"])[0] == 403
     assert client("GET", "/metrics", t["alice"])[0] == 403
     status, text = client("GET", "/metrics", t["ada"])
-    assert status == 200 and "gpushare_units_in_use" in text
+    assert status == 200 and "gpushare_team_used_gpus" in text
     # reconcile: bob has no running server, so the hub says the holder is gone
     status, changes = client("POST", "/admin/reconcile", t["ada"])
     assert status == 200, changes

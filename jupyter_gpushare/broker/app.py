@@ -27,6 +27,7 @@ from traitlets.config import Application
 
 from ..core.model import Policy
 from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
+from .culler import GPUCuller
 from .db import make_engine
 from .handlers import Context, routes
 from .hubclient import HubClient
@@ -218,6 +219,9 @@ class BrokerApp(Application):
         if isinstance(self.backend, JobsBatchBackend):
             self.backend.manager = self.jobs
         self.metrics.broker = self.broker
+        self.culler = GPUCuller(
+            self.broker, self.hub, self.notices, on_cull=self.metrics.cull, parent=self
+        )
         auth_kwargs: dict[str, Any] = {"parent": self}
         if issubclass(self.authenticator_class, HubTokenAuthenticator):
             auth_kwargs.update(api_url=self.hub_api_url, api_token=self.api_token)
@@ -306,6 +310,7 @@ class BrokerApp(Application):
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.culler.start()
         if self.reconcile_on_start or self.reconcile_interval_s > 0:
             task = asyncio.ensure_future(self._reconcile_loop())
             self._tasks.add(task)
@@ -328,6 +333,8 @@ class BrokerApp(Application):
             self.server.stop()
         for task in getattr(self, "_tasks", ()):
             task.cancel()
+        if getattr(self, "culler", None) is not None:
+            self.culler.stop()
         if getattr(self, "jobs", None) is not None:
             await self.jobs.stop()
         self.runner.close()

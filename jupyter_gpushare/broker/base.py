@@ -20,6 +20,7 @@ from . import fastsql
 from .effects import Effects, NoEffects, NoObserver, Observer
 from .ledger_month import MonthLedger
 from .serial import gpu_index
+from .usage import UseRecorder
 
 LIVE_STATUSES = ("queued", "preempting")
 
@@ -65,6 +66,8 @@ class BrokerBase:
         self.pending: dict[str, Pending] = {}  # preempting requests by id
         self.preempt_info: dict[str, tuple[str, float]] = {}  # victim grant -> (reason, deadline)
         self.last_heartbeat: dict[str, dict[str, Any]] = {}
+        self.usage = UseRecorder()  # measured use per grant, node power, GPU activity
+        self.cull_notices: dict[str, dict[str, Any]] = {}  # grant -> the idle culler's warning
         self.ledger = MonthLedger()
         self.loaded = False
 

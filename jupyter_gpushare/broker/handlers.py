@@ -515,9 +515,13 @@ class HeartbeatHandler(BaseHandler):
                     "uuid": _str(item, "uuid", required=True),
                     "memory_used_mib": _num(item, "memory_used_mib", maximum=10**8),
                     "utilization_pct": _num(item, "utilization_pct", maximum=100),
+                    "power_w": _num(item, "power_w", maximum=10**5),
                 }
             )
-        self.ctx.broker.heartbeat(grant_id, ts, clean, _bool(body, "simulated"))
+        kernel_ts = _num(body, "kernel_activity_ts", maximum=1e11)
+        self.ctx.broker.heartbeat(
+            grant_id, ts, clean, _bool(body, "simulated"), kernel_activity=kernel_ts
+        )
         self.set_status(204)
         self.finish()
 

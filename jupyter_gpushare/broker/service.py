@@ -135,13 +135,17 @@ class Broker(LifecycleMixin, ConsistencyMixin):
     # -- heartbeats -------------------------------------------------------------------------
 
     def heartbeat(
-        self, grant_id: str, ts: float, gpus: list[dict[str, Any]], simulated: bool
+        self, grant_id: str, ts: float, gpus: list[dict[str, Any]], simulated: bool,
+        kernel_activity: float | None = None,
     ) -> None:
+        grant = self.state.grants[grant_id]
         with self.engine.begin() as conn:
             conn.execute(
                 heartbeats_table.insert(),
                 dict(grant_id=grant_id, ts=ts, simulated=simulated, gpus=gpus),
             )
+            # lasting per-grant use and node power (report, culler, metrics): broker/usage.py
+            self.usage.record(conn, grant_id, grant.placement.node, ts, gpus, kernel_activity)
         self.last_heartbeat[grant_id] = {"ts": iso(ts), "gpus": gpus, "simulated": simulated}
 
 

@@ -38,15 +38,30 @@ class UseRecorder:
         self.last_power: dict[str, dict[str, tuple[float, float]]] = {}  # node -> uuid -> (ts, W)
         self.last_active: dict[str, float] = {}  # grant -> ts of its last GPU activity
         self.last_seen: dict[str, float] = {}  # grant -> ts of its last heartbeat
+        self.last_kernel: dict[str, float] = {}  # grant -> last kernel activity its server saw
+        self.last_gpus: dict[str, list[dict[str, Any]]] = {}  # grant -> its last GPU figures
 
-    def forget(self, grant_id: str) -> None:
-        self.last_active.pop(grant_id, None)
-        self.last_seen.pop(grant_id, None)
+    def prune(self, live: Any) -> None:
+        """Forget grants that are no longer live (``live``: a container of grant ids)."""
+        for table in (self.last_active, self.last_seen, self.last_kernel, self.last_gpus):
+            for gid in [g for g in table if g not in live]:
+                del table[gid]
 
     def record(
-        self, conn: Connection, grant_id: str, node: str, ts: float, gpus: Sequence[dict[str, Any]]
+        self,
+        conn: Connection,
+        grant_id: str,
+        node: str,
+        ts: float,
+        gpus: Sequence[dict[str, Any]],
+        kernel_activity: float | None = None,
     ) -> None:
         """Add one heartbeat (already checked) inside the caller's transaction."""
+        if kernel_activity is not None:
+            # a server cannot claim activity later than its own heartbeat
+            seen = min(kernel_activity, ts)
+            self.last_kernel[grant_id] = max(seen, self.last_kernel.get(grant_id, 0.0))
+        self.last_gpus[grant_id] = list(gpus)
         month = month_key(ts)
         t = grant_use_table.c
         active = False

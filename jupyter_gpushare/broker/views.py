@@ -52,6 +52,12 @@ class ViewsMixin(LedgerMixin):
             if user and self.state.grants[gid].user != user:
                 continue
             out.append(self.notice_of(gid))
+        for gid, notice in list(self.cull_notices.items()):  # the GPU idle culler's warnings
+            if gid not in self.state.grants or (grant_id and gid != grant_id):
+                continue
+            if user and notice["user"] != user:
+                continue
+            out.append(notice)
         return out
 
     def grant_view(self, grant: Grant) -> dict[str, Any]:

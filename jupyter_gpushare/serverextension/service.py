@@ -226,6 +226,24 @@ class TelemetryService:
         self.kernels = tuple(infos)
         self._simulate_kernel_memory()
 
+    def kernel_activity_ts(self) -> float | None:
+        """The latest activity of this server's kernels (epoch seconds; now if one is busy)."""
+        km = self.kernel_manager
+        if km is None:
+            return None
+        latest: float | None = None
+        for kid in list(km.list_kernel_ids()):
+            try:
+                k = km.get_kernel(kid)
+            except KeyError:
+                continue
+            if getattr(k, "execution_state", "") == "busy":
+                return time.time()
+            last = getattr(k, "last_activity", None)
+            if last is not None and hasattr(last, "timestamp"):
+                latest = max(latest or 0.0, last.timestamp())
+        return latest
+
     def _simulate_kernel_memory(self) -> None:
         sim = self.simulated_sampler
         mib = self.config.simulated_kernel_memory_mib
@@ -513,6 +531,9 @@ class TelemetryService:
         if att is None or g.grant_id is None or not self.broker.configured:
             return None
         body = heartbeat_body(g.grant_id, att, self.sampler.simulated)
+        activity = self.kernel_activity_ts()
+        if activity is not None:  # the broker's GPU idle culler: kernel work resets its clock
+            body["kernel_activity_ts"] = activity
         ans = await self.broker.heartbeat(body)
         self.last_heartbeat = {"ts": body["ts"], "ok": ans.ok, "error": ans.error}
         return ans

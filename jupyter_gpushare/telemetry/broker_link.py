@@ -55,6 +55,8 @@ def heartbeat_body(
                 "utilization_pct": g.own_util_pct
                 if g.own_util_pct is not None
                 else g.gpu.utilization_pct,
+                # the whole card's power (the report's peak and average power per node)
+                **({} if g.gpu.power_w is None else {"power_w": round(g.gpu.power_w, 1)}),
             }
             for g in att.gpus
         ],
