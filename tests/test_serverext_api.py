@@ -155,7 +155,7 @@ async def test_heartbeats_reach_the_broker(jp_fetch: Any, broker: FakeBroker) ->
     hb = broker.state.heartbeats[-1]
     assert hb["grant_id"] == "g-1" and hb["simulated"] is True
     assert [g["uuid"] for g in hb["gpus"]] == ["GPU-sim-node0-0"]
-    assert set(hb["gpus"][0]) == {"uuid", "memory_used_mib", "utilization_pct"}
+    assert set(hb["gpus"][0]) == {"uuid", "memory_used_mib", "utilization_pct", "power_w"}
     assert f"token {TOKEN}" in broker.state.auth_headers
 
 

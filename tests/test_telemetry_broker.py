@@ -65,8 +65,11 @@ async def test_heartbeat_body_and_post(broker: FakeBroker) -> None:
     assert ans.ok, ans.error
     (hb,) = broker.state.heartbeats
     assert hb["grant_id"] == "g-1" and hb["simulated"] is True
+    card = sample.gpu("GPU-sim-node0-1")
+    assert card is not None and card.power_w is not None
     assert hb["gpus"] == [
-        {"uuid": "GPU-sim-node0-1", "memory_used_mib": 2048.0, "utilization_pct": 55.0}
+        {"uuid": "GPU-sim-node0-1", "memory_used_mib": 2048.0, "utilization_pct": 55.0,
+         "power_w": round(card.power_w, 1)}  # the card's power, for the monthly report
     ]
     # the broker's contract: ts is a number of seconds since the epoch (not an ISO string)
     assert isinstance(hb["ts"], (int, float)) and abs(hb["ts"] - time.time()) < 60
