@@ -5,7 +5,8 @@
 
 It adds:
 
-* the managed service ``gpushare`` (the broker, started by the hub, listening on
+* the managed service ``gpushare`` (the broker under its supervisor, which restarts it at
+  once if it dies and lets it serve the servers' releases while the hub shuts down; listening on
   ``127.0.0.1:<broker_port>``, proxied at ``/services/gpushare/``) and the URL-less service
   ``gpushare-spawner`` whose token the spawner uses (set as ``c.GPUShareSpawner.broker_api_token``
   with ``c.GPUShareSpawner.broker_url``);
@@ -141,7 +142,7 @@ def setup_gpushare(
     command = [
         sys.executable,
         "-m",
-        "jupyter_gpushare.broker",
+        "jupyter_gpushare.broker.supervisor",  # runs and restarts the broker (supervisor.py)
         f"--BrokerApp.policy_file={os.path.abspath(policy_file)}",
         f"--BrokerApp.db_url={db_url}",
         *_job_args(c, spawner, broker_args),

@@ -9,12 +9,16 @@ JupyterHub the hub starts it (``hubsetup.setup_gpushare`` writes the service ent
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import gc
 import importlib
+import json
 import logging
 import os
 import secrets
 import signal
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -37,6 +41,7 @@ from .pages import page_routes
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .reconcile import HolderChecker, HubHolderChecker, reconcile
 from .service import Broker
+from .supervisor import alive
 
 
 def _import(path: str) -> Any:
@@ -129,6 +134,36 @@ class BrokerApp(Application):
         "~15 ms per 1,000 live grants.",
     )
     groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
+    watch_interval_s = Float(
+        0.5,
+        config=True,
+        help="Seconds between checks that the hub ($GPUSHARE_HUB_PID) and the supervisor "
+        "($GPUSHARE_SUPERVISOR_PID) still run: the broker stops when its hub is gone, and "
+        "when its supervisor is gone unless it lingers (see broker/supervisor.py).",
+    )
+    linger_max_s = Float(
+        300.0,
+        config=True,
+        help="After the supervisor asks it to linger (SIGUSR1: the hub is shutting down and "
+        "will stop the servers next), the broker serves the servers' releases until the hub "
+        "is gone, but at most this many seconds.",
+    )
+    pid_file = Unicode(
+        config=True,
+        help="File recording this broker's pid, port and hub pid (relative to the working "
+        "directory; default gpushare-broker.pid under the supervisor, else none). A new "
+        "broker whose port is taken stops the broker named there if that one's hub is gone.",
+    )
+
+    @default("pid_file")
+    def _pid_file(self) -> str:
+        return "gpushare-broker.pid" if os.environ.get("GPUSHARE_SUPERVISOR_PID") else ""
+    port_wait_s = Float(
+        15.0,
+        config=True,
+        help="How long to wait for the port when another process holds it (a previous broker "
+        "that is still stopping) before giving up.",
+    )
     browser_login = Bool(
         True,
         config=True,
@@ -136,14 +171,19 @@ class BrokerApp(Application):
         "the JSON API, with XSRF protection on changes); needs use_hub. Tokens always work.",
     )
     cookie_secret_file = Unicode(
-        "gpushare_cookie_secret",
         config=True,
         help="File holding the secret that signs login cookies (created, mode 0600, if "
-        "missing; relative to the working directory, under JupyterHub the data dir). "
-        "Empty: a new secret each start (browsers then log in again after a restart).",
+        "missing; relative to the working directory). Default: gpushare_cookie_secret when "
+        "run as a hub service (in the data dir), else none. Empty: a new secret each start "
+        "(browsers then log in again after a restart).",
     )
 
+    @default("cookie_secret_file")
+    def _cookie_secret_file(self) -> str:
+        return "gpushare_cookie_secret" if os.environ.get("JUPYTERHUB_SERVICE_NAME") else ""
+
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
+    _linger_until: float | None = None
 
     @default("db_url")
     def _db_url(self) -> str:
@@ -247,7 +287,7 @@ class BrokerApp(Application):
         self.web_app = web.Application(
             routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
             log_function=self._log_request,
-            cookie_secret=self._cookie_secret(),
+            cookie_secret=self._cookie_secret() if self.login is not None else None,
         )
         return self.web_app
 
@@ -305,15 +345,118 @@ class BrokerApp(Application):
         )
         await self.jobs.start()
         self.server = HTTPServer(self.web_app, xheaders=True)
-        self.server.listen(self.port, self.ip)
+        await self._listen()
         self.log.info(
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
+        self._write_pid_file()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.culler.start()
         if self.reconcile_on_start or self.reconcile_interval_s > 0:
             task = asyncio.ensure_future(self._reconcile_loop())
             self._tasks.add(task)
+
+    # -- lifecycle next to the hub (see broker/supervisor.py) --------------------------------
+
+    async def _listen(self) -> None:
+        """Listen on the port; while another process holds it, stop a stale broker named in
+        the pid file (one whose hub is gone) and wait up to ``port_wait_s``."""
+        deadline = time.monotonic() + self.port_wait_s
+        took_over = False
+        while True:
+            try:
+                self.server.listen(self.port, self.ip)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    raise
+            if not took_over:
+                took_over = True
+                self._stop_stale_broker()
+            await asyncio.sleep(0.2)
+
+    def _read_pid_file(self) -> dict[str, Any]:
+        if not self.pid_file:
+            return {}
+        try:
+            with open(self.pid_file) as f:
+                data = json.load(f)
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _stop_stale_broker(self) -> None:
+        old = self._read_pid_file()
+        pid, hub_pid = int(old.get("pid") or 0), int(old.get("hub_pid") or 0)
+        if pid in (0, os.getpid()) or not alive(pid) or old.get("port") != self.port:
+            return
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"jupyter_gpushare.broker" not in f.read():
+                    return  # the pid was reused by something else: leave it alone
+        except OSError:
+            return
+        if not hub_pid or alive(hub_pid):
+            return  # a broker without a hub, or one whose hub runs: not ours to stop
+        self.log.warning("gpushare: port %d is held by broker pid %d whose hub (pid %d) is "
+                         "gone; stopping it", self.port, pid, hub_pid)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+    def _write_pid_file(self) -> None:
+        if not self.pid_file:
+            return
+        data = {"pid": os.getpid(), "port": self.port,
+                "hub_pid": self._watched("GPUSHARE_HUB_PID")}
+        try:
+            with open(self.pid_file + ".tmp", "w") as f:
+                json.dump(data, f)
+            os.replace(self.pid_file + ".tmp", self.pid_file)
+        except OSError as exc:
+            self.log.warning("gpushare: cannot write pid file %s: %s", self.pid_file, exc)
+
+    def _remove_pid_file(self) -> None:
+        if self.pid_file and self._read_pid_file().get("pid") == os.getpid():
+            with contextlib.suppress(OSError):
+                os.remove(self.pid_file)
+
+    @staticmethod
+    def _watched(name: str) -> int:
+        try:
+            return int(os.environ.get(name) or 0)
+        except ValueError:
+            return 0
+
+    def linger(self) -> None:
+        """Serve until the hub is gone (at most ``linger_max_s``), not until the supervisor
+        is: the hub is shutting down and will stop the servers, which release their grants."""
+        if self._linger_until is None:
+            self._linger_until = time.monotonic() + self.linger_max_s
+            self.log.info("gpushare broker: the hub is shutting down; serving the servers' "
+                          "releases until it is gone (at most %.0fs)", self.linger_max_s)
+
+    def why_stop(self) -> str | None:
+        """Why the broker should stop now (its hub or supervisor is gone), else ``None``."""
+        hub, supervisor = self._watched("GPUSHARE_HUB_PID"), self._watched(
+            "GPUSHARE_SUPERVISOR_PID")
+        if hub and not alive(hub):
+            return f"the hub (pid {hub}) is gone"
+        if self._linger_until is not None:
+            if time.monotonic() > self._linger_until:
+                return f"lingered {self.linger_max_s:.0f}s after the hub's shutdown began"
+            return None
+        if supervisor and not alive(supervisor):
+            return f"the supervisor (pid {supervisor}) is gone"
+        return None
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            why = self.why_stop()
+            if why is not None:
+                self.log.warning("gpushare broker: stopping: %s", why)
+                stop.set()
+                return
+            await asyncio.sleep(self.watch_interval_s)
 
     async def _reconcile_loop(self) -> None:
         first = True
@@ -331,6 +474,7 @@ class BrokerApp(Application):
     async def stop_async(self) -> None:
         if getattr(self, "server", None) is not None:
             self.server.stop()
+        self._remove_pid_file()
         for task in getattr(self, "_tasks", ()):
             task.cancel()
         if getattr(self, "culler", None) is not None:
@@ -348,7 +492,10 @@ class BrokerApp(Application):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(signal.SIGUSR1, self.linger)
+            watcher = asyncio.ensure_future(self._watch(stop))
             await stop.wait()
+            watcher.cancel()
             await self.stop_async()
 
         asyncio.run(run())

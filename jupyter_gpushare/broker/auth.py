@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated
-from traitlets import Dict, Integer, Unicode
+from traitlets import Dict, Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
 ADMIN = "custom:gpushare:admin"
@@ -106,6 +106,13 @@ class TokenAuthenticator(LoggingConfigurable):
     """Resolve a token to an :class:`Identity` (``None``: unknown token or no access)."""
 
     service_name = Unicode("gpushare", config=True, help="This service's name in the hub.")
+    stale_identity_s = Float(
+        3600.0,
+        config=True,
+        help="When the hub cannot be reached (it is shutting down or restarting), a token "
+        "the hub confirmed within this many seconds keeps the identity it had, so the "
+        "spawners' releases during the hub's shutdown still succeed. 0: never.",
+    )
 
     #: seconds an identity stays in :meth:`cached` (0: never cached)
     identity_ttl_s: float = 0.0
@@ -114,6 +121,7 @@ class TokenAuthenticator(LoggingConfigurable):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._identities: dict[str, tuple[float, Identity]] = {}
+        self._confirmed: dict[str, tuple[float, Identity]] = {}  # last answer of the hub
 
     async def identify(self, token: str) -> Identity | None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -129,7 +137,24 @@ class TokenAuthenticator(LoggingConfigurable):
         return hit[1]
 
     async def identify_and_cache(self, token: str) -> Identity | None:
-        identity = await self.identify(token)
+        try:
+            identity = await self.identify(token)
+        except Exception as exc:
+            known = self._confirmed.get(token)
+            unreachable = isinstance(exc, OSError) or getattr(exc, "status_code", 0) >= 500
+            if (unreachable and known is not None
+                    and time.monotonic() - known[0] <= self.stale_identity_s):
+                self.log.warning("gpushare: the hub is unreachable (%s); %s %s keeps the "
+                                 "identity the hub confirmed %.0fs ago", exc,
+                                 known[1].kind, known[1].name, time.monotonic() - known[0])
+                return known[1]
+            raise
+        if identity is None:
+            self._confirmed.pop(token, None)  # revoked: never again, not even as stale
+        elif self.stale_identity_s > 0:
+            if len(self._confirmed) >= self.max_cached:
+                self._confirmed.clear()
+            self._confirmed[token] = (time.monotonic(), identity)
         if identity is not None and self.identity_ttl_s > 0:
             if len(self._identities) >= self.max_cached:
                 now = time.monotonic()
