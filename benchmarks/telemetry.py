@@ -11,6 +11,14 @@ Part 2 starts a real jupyter server with the extension on 127.0.0.1, connects N
 WebSocket clients (tornado.websocket) to /gpushare/api/metrics/stream and reports the
 delay from sample time to client receipt (p50 / p99 / max). Figures are printed, not
 asserted; targets: <= 1 % of one core, p99 < 50 ms.
+
+Part 3 (``--startup N``) measures the server extension's own start-up cost directly, in
+N fresh processes: importing it, linking and loading it into a real ``ServerApp``
+(``initialize_settings``, handlers) and its start hook, timed by wrappers around exactly
+those calls while jupyter_server loads it as usual. The broker URL points at an address
+that never answers and the sampler is ``auto`` (NVML, else simulated), so anything on that
+path that waited for the broker or NVML would show. The baseline is the same server's own
+``initialize()`` in the same process (target: the extension under 50 ms).
 """
 
 from __future__ import annotations
@@ -187,6 +195,114 @@ def measure_stream(
     }
 
 
+STARTUP_PROBE = r"""
+import asyncio, inspect, json, os, sys, tempfile, time
+clock = time.perf_counter if os.environ.get("GPUSHARE_BENCH_CLOCK") == "wall" else time.process_time
+t0 = clock()
+import jupyter_server.serverapp as serverapp
+t1 = clock()
+import jupyter_gpushare.serverextension as ext
+t2 = clock()
+from jupyter_gpushare.serverextension.app import GPUShareServerApp
+spent = {"link": 0.0, "load": 0.0, "start": 0.0}
+
+def timed(name, fn):
+    def wrapper(*a, **kw):
+        t = clock()
+        try:
+            return fn(*a, **kw)
+        finally:
+            spent[name] += clock() - t
+    return wrapper
+
+def timed_async(name, fn):
+    async def wrapper(*a, **kw):
+        t = clock()
+        try:
+            return await fn(*a, **kw)
+        finally:
+            spent[name] += clock() - t
+    return wrapper
+
+def patch(name, key, wrap):
+    raw = inspect.getattr_static(GPUShareServerApp, name)
+    if isinstance(raw, classmethod):
+        setattr(GPUShareServerApp, name, classmethod(wrap(key, raw.__func__)))
+    else:
+        setattr(GPUShareServerApp, name, wrap(key, raw))
+
+patch("_link_jupyter_server_extension", "link", timed)
+patch("_load_jupyter_server_extension", "load", timed)
+patch("_start_jupyter_server_extension", "start", timed_async)
+root = tempfile.mkdtemp()
+app = serverapp.ServerApp.instance()
+t3 = clock()
+app.initialize(argv=["--ServerApp.root_dir=" + root, "--ServerApp.open_browser=False",
+                     "--ServerApp.port=0", "--ServerApp.token=bench", "--allow-root"],
+               new_httpserver=False)
+t4 = clock()
+loaded = "jupyter_gpushare.serverextension" in app.extension_manager.extensions
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+loop.run_until_complete(app.extension_manager.start_all_extensions())
+svc = app.web_app.settings.get("gpushare_service")
+started = svc is not None and bool(svc._started)
+if svc is not None:
+    loop.run_until_complete(svc.stop())
+print(json.dumps({
+    "loaded": loaded and started,
+    "import_ms": (t2 - t1) * 1e3,
+    "link_ms": spent["link"] * 1e3,
+    "load_ms": spent["load"] * 1e3,
+    "start_ms": spent["start"] * 1e3,
+    "server_initialize_ms": (t4 - t3) * 1e3,
+}))
+"""
+
+
+def measure_startup(rounds: int, clock: str = "cpu") -> dict[str, Any]:
+    """The extension's own start-up cost in ``rounds`` fresh processes (see the docstring);
+    ``clock`` "cpu" (process CPU time: what the work costs, whatever else runs on the
+    machine) or "wall" (elapsed, which a loaded machine inflates)."""
+    env = dict(os.environ)
+    env["GPUSHARE_BENCH_CLOCK"] = clock
+    for k in list(env):
+        if k.startswith("GPUSHARE_"):
+            del env[k]
+    with socket.socket() as s:  # a port that accepts nothing: connect attempts hang
+        s.bind(("127.0.0.1", 0))
+        s.listen(0)
+        blackhole = s.getsockname()[1]
+        env.update({
+            "GPUSHARE_GRANT_ID": "g-bench", "GPUSHARE_GPU_UUIDS": "GPU-sim-bench-0",
+            "GPUSHARE_MEMORY_LIMIT_MIB": "18022", "GPUSHARE_COMPUTE_PCT": "12.5",
+            "GPUSHARE_SIMULATED": "1", "GPUSHARE_ENFORCEMENT": "env",
+            "GPUSHARE_BROKER_URL": f"http://10.255.255.1:{blackhole}/services/gpushare/api/v1",
+            "JUPYTERHUB_API_TOKEN": "bench",
+        })
+        runs = []
+        for _ in range(rounds):
+            out = subprocess.run([sys.executable, "-c", STARTUP_PROBE], env=env,
+                                 capture_output=True, text=True, timeout=120, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    keys = ["import_ms", "link_ms", "load_ms", "start_ms", "server_initialize_ms"]
+    med = {k: statistics.median(r[k] for r in runs) for k in keys}
+    own = [r["import_ms"] + r["link_ms"] + r["load_ms"] + r["start_ms"] for r in runs]
+    ratio = [
+        (r["import_ms"] + r["link_ms"] + r["load_ms"] + r["start_ms"]) / r["server_initialize_ms"]
+        for r in runs
+    ]
+    return {
+        "rounds": rounds,
+        "clock": clock,
+        "loaded": all(r["loaded"] for r in runs),
+        **med,
+        "own_ms_median": statistics.median(own),
+        "own_ms_max": max(own),
+        "own_vs_server_initialize": statistics.median(ratio),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds per measurement")
@@ -197,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sampler", default="auto", choices=["auto", "nvml", "simulated"])
     ap.add_argument("--skip-stream", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
+    ap.add_argument("--startup", type=int, default=0, metavar="N",
+                    help="measure the extension's start-up cost in N fresh processes")
     args = ap.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, sampler={args.sampler}")
     if not args.skip_cpu:
@@ -209,6 +327,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"of one core ({r['thread_cpu_ms_per_sample']:.3f} ms/sample); process CPU "
                 f"vs idle baseline {r['process_cpu_pct_vs_idle']:+.3f} %  (target <= 1 %)"
             )
+    for clock in ("cpu", "wall") if args.startup else ():
+        r = measure_startup(args.startup, clock)
+        print(
+            f"[startup {clock:4s}] {r['rounds']} fresh processes, loaded={r['loaded']}: "
+            f"import {r['import_ms']:.1f} ms, link {r['link_ms']:.2f} ms, load "
+            f"{r['load_ms']:.2f} ms, start {r['start_ms']:.2f} ms (medians); own total "
+            f"median {r['own_ms_median']:.1f} ms, max {r['own_ms_max']:.1f} ms (target < 50 ms) "
+            f"= {100 * r['own_vs_server_initialize']:.1f} % of the server's own initialize "
+            f"({r['server_initialize_ms']:.0f} ms, baseline, same processes)"
+        )
     if not args.skip_stream:
         kind = args.sampler
         r = measure_stream(args.clients, args.duration, args.interval, kind, args.client_procs)

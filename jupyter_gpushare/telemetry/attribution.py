@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from .model import GPUSample, ProcessSample, Sample
 
 MODE_PROCESSES = "processes"
@@ -55,6 +53,8 @@ class ProcessTree:
 
 def collect_process_tree(server_pid: int, kernels: Iterable[KernelInfo]) -> ProcessTree:
     """Walk the live process tree of ``server_pid`` and mark each kernel's subtree."""
+    import psutil  # here, not at import: the server's start-up does not pay for it
+
     owner: dict[int, str | None] = {server_pid: None}
     try:
         root = psutil.Process(server_pid)
@@ -194,9 +194,13 @@ def attribute(
     grant_uuids: Sequence[str],
     tree: ProcessTree,
     kernels: Sequence[KernelInfo] = (),
-    pid_exists: Callable[[int], bool] = psutil.pid_exists,
+    pid_exists: Callable[[int], bool] | None = None,
 ) -> Attribution:
     """This server's GPUs, processes and per-kernel use in ``sample``."""
+    if pid_exists is None:
+        import psutil
+
+        pid_exists = psutil.pid_exists
     own, missing = _own_uuids(sample, grant_uuids)
     on_own = [(u, p) for p in sample.processes for u in own if _on(u, p, sample)]
     hidden = bool(on_own) and not any(pid_exists(p.pid) for _, p in on_own)
