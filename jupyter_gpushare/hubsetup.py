@@ -157,7 +157,7 @@ def setup_gpushare(
             "command": command,
             "api_token": tokens["broker"],
             "environment": dict(broker_env or {}),
-            "display": False,
+            "display": True,  # the Services menu links to the admin page (admins only)
             "cwd": data_dir,
             # browsers log in to the broker's pages with the hub's OAuth: no confirmation
             # page, and a login carries the admin and metrics scopes of users who have them

@@ -30,6 +30,7 @@ from traitlets import Bool, Float, Integer, Type, Unicode, default
 from traitlets.config import Application
 
 from ..core.model import Policy
+from .admin_page import admin_routes, policy_version_of
 from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
 from .culler import GPUCuller
 from .db import make_engine
@@ -285,7 +286,9 @@ class BrokerApp(Application):
             )
         self.ctx.login = self.login
         self.web_app = web.Application(
-            routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
+            routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx)
+            + admin_routes(self.base_url, self.ctx, self.culler,
+                           policy_version_of(self.policy_file) if self.policy_file else ""),
             log_function=self._log_request,
             cookie_secret=self._cookie_secret() if self.login is not None else None,
         )
