@@ -19,7 +19,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jupyter_gpushare.core.fragmentation import target_shapes
 
@@ -93,6 +93,21 @@ def load_pods(path: str) -> list[PodSpec]:
             )
             for r in csv.DictReader(fh)
         ]
+
+
+def replicate(
+    nodes: Sequence[NodeSpec], pods: Sequence[PodSpec], k: int
+) -> tuple[list[NodeSpec], list[PodSpec]]:
+    """The node and pod lists ``k`` times over, names suffixed ``#copy`` (``k`` = 1: unchanged).
+
+    A cluster ``k`` times larger with a trace ``k`` times longer: the same mix of nodes and
+    shapes, so packing quality should hold while the cost of a decision may grow.
+    """
+    if k <= 1:
+        return list(nodes), list(pods)
+    out_nodes = [replace(n, name=f"{n.name}#{c}") for c in range(k) for n in nodes]
+    out_pods = [replace(p, name=f"{p.name}#{c}") for c in range(k) for p in pods]
+    return out_nodes, out_pods
 
 
 def gpu_capacity_milli(nodes: Sequence[NodeSpec]) -> int:
