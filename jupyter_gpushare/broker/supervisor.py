@@ -4,8 +4,9 @@
 the service's ``command``) starts the broker (``python -m jupyter_gpushare.broker ...``) in a
 session of its own and
 
-* **restarts it at once** when it dies (a crash, ``kill -9``): it serves again within about
-  a second of start-up time, not at the hub's next 30 s service check;
+* **restarts it at once** when it dies (a crash, ``kill -9``): a warm standby (a second
+  process with the broker's modules already imported, waiting on its stdin) takes over, so
+  it serves again after loading its state, not at the hub's next 30 s service check;
 * **lets it outlive the hub's shutdown**: JupyterHub stops its managed services *before* the
   single-user servers, so a broker stopped with them would refuse every release of that
   shutdown. When the hub stops the supervisor (SIGINT/SIGTERM), the supervisor tells the
@@ -23,6 +24,7 @@ it stops when the hub is gone, and when its supervisor is gone unless it lingers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -56,21 +58,53 @@ def alive(pid: int) -> bool:
 class Supervisor:
     """Run the broker, restart it when it dies, hand over on shutdown (module docstring)."""
 
-    def __init__(self, broker_args: Sequence[str], hub_pid: int | None = None) -> None:
+    def __init__(self, broker_args: Sequence[str], hub_pid: int | None = None,
+                 standby: bool = True) -> None:
         self.command = [sys.executable, "-m", "jupyter_gpushare.broker", *broker_args]
         self.hub_pid = os.getppid() if hub_pid is None else hub_pid
+        self.standby_enabled = standby
         self.child: subprocess.Popen[bytes] | None = None
+        self.standby: subprocess.Popen[bytes] | None = None
         self.stopping: int | None = None  # the signal that asked us to stop
         self.restarts = 0
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stopping = signum
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, standby: bool = False) -> subprocess.Popen[bytes]:
         env = dict(os.environ, GPUSHARE_HUB_PID=str(self.hub_pid),
                    GPUSHARE_SUPERVISOR_PID=str(os.getpid()))
+        if standby:
+            env["GPUSHARE_STANDBY"] = "1"
         # its own session: the hub's signals to us (and a kill of our group) do not reach it
-        return subprocess.Popen(self.command, env=env, start_new_session=True)
+        return subprocess.Popen(self.command, env=env, start_new_session=True,
+                                stdin=subprocess.PIPE if standby else subprocess.DEVNULL)
+
+    def _next_broker(self) -> subprocess.Popen[bytes]:
+        """The warm standby, told to start (it has imported everything), else a new one;
+        then a fresh standby for next time."""
+        child, self.standby = self.standby, None
+        if child is not None and child.poll() is None and child.stdin is not None:
+            try:
+                child.stdin.write(b"g")
+                child.stdin.close()
+            except OSError:
+                child = None
+        else:
+            child = None
+        if child is None:
+            child = self._spawn()
+        if self.standby_enabled:
+            self.standby = self._spawn(standby=True)
+        return child
+
+    def _drop_standby(self) -> None:
+        standby, self.standby = self.standby, None
+        if standby is not None and standby.stdin is not None:
+            with contextlib.suppress(OSError):
+                standby.stdin.close()  # end of file: it exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                standby.wait(5)
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -78,7 +112,7 @@ class Supervisor:
         delay = RESTART_DELAY_S
         while True:
             started = time.monotonic()
-            self.child = self._spawn()
+            self.child = self._next_broker()
             while self.child.poll() is None and self.stopping is None and alive(self.hub_pid):
                 time.sleep(POLL_S)
             if self.stopping is not None:  # the hub stops its services: hand over and go
@@ -87,8 +121,10 @@ class Supervisor:
                 print(f"gpushare supervisor: signal {self.stopping}; the broker (pid "
                       f"{self.child.pid}) serves until the hub (pid {self.hub_pid}) is gone",
                       file=sys.stderr, flush=True)
+                self._drop_standby()
                 return 0
             if not alive(self.hub_pid):  # the hub died under us: so does the broker
+                self._drop_standby()
                 self._stop_child()
                 return 0
             code = self.child.returncode
@@ -113,8 +149,14 @@ class Supervisor:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jupyter_gpushare.broker.supervisor [broker arguments]``."""
-    return Supervisor(list(sys.argv[1:] if argv is None else argv)).run()
+    """``python -m jupyter_gpushare.broker.supervisor [broker arguments]``.
+
+    ``GPUSHARE_SUPERVISOR_STANDBY=0`` in the environment turns the warm standby off (one
+    idle process with the broker's modules imported, which makes a restart about a
+    second faster).
+    """
+    standby = os.environ.get("GPUSHARE_SUPERVISOR_STANDBY", "1") not in ("0", "false", "no")
+    return Supervisor(list(sys.argv[1:] if argv is None else argv), standby=standby).run()
 
 
 if __name__ == "__main__":
