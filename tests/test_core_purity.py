@@ -11,6 +11,8 @@ CORE = Path(__file__).parents[1] / "jupyter_gpushare" / "core"
 ALLOWED = {
     "__future__", "bisect", "collections", "dataclasses", "enum", "functools", "heapq",
     "itertools", "math", "typing", "weakref", "datetime", "collections.abc",
+    # pure text handling, no I/O: job parameters and names are checked in the core
+    "json", "re",
 }
 
 
