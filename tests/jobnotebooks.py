@@ -56,12 +56,18 @@ def sleeping(seconds: float = 60) -> dict[str, Any]:
 
 def counting(steps: int = 20, delay: float = 0.5) -> dict[str, Any]:
     """Counts ``steps`` steps into a checkpoint file and resumes from it; each attempt
-    appends "<attempt> <start>" to attempts.txt in the checkpoint dir."""
+    appends "<attempt> <start>" to attempts.txt in the checkpoint dir, and a SIGTERM that
+    reaches the kernel appends the attempt to ``sigterm`` there and stops the cell."""
     return notebook(
         _cell(f"steps = {steps}\ndelay = {delay}", ["parameters"]),
         _cell(
-            "import json, os, time\n"
+            "import json, os, signal, time\n"
             "d = os.environ['GPUSHARE_CHECKPOINT_DIR']\n"
+            "def _term(*_):\n"
+            "    with open(os.path.join(d, 'sigterm'), 'a') as f:\n"
+            "        f.write(os.environ['GPUSHARE_JOB_ATTEMPT'] + '\\n')\n"
+            "    raise SystemExit(143)\n"
+            "signal.signal(signal.SIGTERM, _term)\n"
             "ck = os.path.join(d, 'count.json')\n"
             "done = json.load(open(ck))['done'] if os.path.exists(ck) else 0\n"
             "start = done\n"

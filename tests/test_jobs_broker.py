@@ -108,6 +108,11 @@ async def test_submit_runs_to_completion_with_output_log_and_history(
     _, everyone = await call(app, "GET", "/jobs?all=1", "tok-admin")
     assert [j["id"] for j in everyone["jobs"]] == [job["id"]]
     assert (await call(app, "GET", "/jobs?all=1", "tok-bob"))[0] == 403
+    # log retention: a month later the log and snapshot go, the job's row and history stay
+    jobdir = Path(app.jobs.backend.job_dir(job["id"]))
+    assert jobdir.exists() and app.jobs.sweep(time.time()) == []
+    assert app.jobs.sweep(time.time() + 31 * 86400) == [job["id"]] and not jobdir.exists()
+    assert (await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice"))[0] == 200
 
 
 async def test_a_failing_notebook_keeps_its_output_and_names_the_cell(
@@ -206,6 +211,7 @@ async def test_queue_cancel_preemption_requeue_and_resume(app: Any) -> None:
     assert done["state"] == "succeeded" and done["attempt"] == 2, done
     attempts = (ckpt / "attempts.txt").read_text().split("\n")
     assert attempts[0] == "1 0" and attempts[1].startswith("2 ")
+    assert (ckpt / "sigterm").read_text() == "1\n"  # the kernel itself got the notice
     resumed_from = int(attempts[1].split()[1])
     assert resumed_from >= 2, attempts  # the second attempt found its checkpoint
     _, events = await call(app, "GET", f"/jobs/{counter['id']}/events", "tok-bob")

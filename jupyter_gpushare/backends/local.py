@@ -276,7 +276,12 @@ class LocalBackend(JobBackend):
                         os.killpg(os.getpgid(proc.pid), sig)  # the kernel's own group
 
     def signal(self, handle: RunHandle) -> None:
-        self._send(handle, signal.SIGTERM)
+        """SIGTERM to the runner's process group; the runner passes it on to its
+        descendants in other sessions (the kernel), so each gets it exactly once."""
+        proc = self._process(handle)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
 
     def kill(self, handle: RunHandle) -> None:
         self._send(handle, signal.SIGKILL)

@@ -41,7 +41,7 @@ from ..core.jobs import (
     restart_verdict,
 )
 from ..core.model import UNIT, Grant, Kind
-from .db import grants_table
+from .db import grants_table, jobs_table
 from .ids import new_id
 from .jobs import Job, JobStore
 from .preempt import BatchBackend
@@ -173,14 +173,34 @@ class JobManager(LoggingConfigurable):
         self.backend.close()
 
     async def _loop(self) -> None:
+        next_sweep = 0.0
         while True:
             try:
                 await self.tick()
+                now = self.broker.clock()
+                if self.log_retention_days > 0 and now >= next_sweep:
+                    next_sweep = now + 600
+                    await self._call(self.sweep, now)
             except Exception:
                 log.exception("job loop failed")
             self.wake.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_interval_s)
+
+    def sweep(self, now: float) -> list[str]:
+        """Forget the log, snapshot and checkpoints of jobs finished longer ago than
+        ``log_retention_days`` (their rows and history stay); returns their ids."""
+        cutoff = now - self.log_retention_days * 86400
+        with self.broker.engine.connect() as conn:
+            rows = conn.execute(
+                select(jobs_table.c.id).where(
+                    jobs_table.c.ended_at.is_not(None), jobs_table.c.ended_at < cutoff,
+                )
+            )
+            ids = [r.id for r in rows]
+        for job_id in ids:
+            self.backend.forget(job_id)
+        return ids
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -397,7 +417,8 @@ class JobManager(LoggingConfigurable):
             job, state, reason, error=error, gpu_hours=job.gpu_hours + hours, grant_id=None,
         )
         if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
-            self.store.prune(job.user, self.max_jobs_kept_per_user)
+            for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
+                self.backend.forget(old)
 
     def _release(self, job: Job, reason: str, *, drain: bool = True) -> float:
         """Release the job's grant if it still lives; the GPU-hours of this attempt."""
