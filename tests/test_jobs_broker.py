@@ -134,6 +134,20 @@ async def test_a_failing_notebook_keeps_its_output_and_names_the_cell(
     assert not app.broker.state.grants
 
 
+async def test_the_limit_watchdog_stops_a_job_over_its_memory_limit(app: Any) -> None:
+    """A job whose kernel (simulated) uses more than its grant fails with the watchdog's
+    message, as a kernel in JupyterLab is told."""
+    app.jobs.extra_env = {"GPUSHARE_SIMULATED_JOB_MEMORY_MIB": "200000"}
+    status, job = await submit(app, "tok-bob", nbs.sleeping(120), name="big.ipynb")
+    assert status == 201, job
+    done = await wait_state(app, "tok-bob", job["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["state"] == "failed"
+    assert done["reason"].startswith("GPU memory limit 141.0 GiB exceeded: kernel of big.ipynb "
+                                     "used 195.3 GiB"), done["reason"]
+    assert done["error"]["ename"] == "GPUMemoryLimitExceeded"
+    assert not app.broker.state.grants
+
+
 async def test_refusals_name_the_field_and_store_nothing(app: Any) -> None:
     cases = [
         (dict(profile="vision-1gpu"), "tok-bob", 403, "profile"),  # another team's profile

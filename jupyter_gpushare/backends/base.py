@@ -62,6 +62,7 @@ class RunSpec:
     env: dict[str, str]  # grant enforcement, GPUSHARE_* (checkpoint dir added by the backend)
     max_runtime_s: int
     kernel_name: str = ""
+    name: str = ""  # the notebook's name, as the user knows it (messages)
 
 
 @dataclass(frozen=True)

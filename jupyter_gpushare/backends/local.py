@@ -133,6 +133,7 @@ class LocalBackend(JobBackend):
                 "output_path": spec.output_path,
                 "cwd": spec.cwd,
                 "kernel_name": spec.kernel_name,
+                "name": spec.name or os.path.basename(spec.output_path) or spec.job_id,
             },
         )
         env = dict(spec.env)

@@ -86,6 +86,10 @@ def run(attempt_dir: Path) -> int:
           f"started {time.strftime('%Y-%m-%d %H:%M:%S')} ---", flush=True)
     signal.signal(signal.SIGTERM, _on_term)
     local_out = attempt_dir / "output.ipynb"
+    from .job_watchdog import JobWatchdog
+
+    watchdog = JobWatchdog(os.environ, spec.get("name") or "the job's notebook")
+    watchdog.start()
     error: dict[str, Any] | None = None
     code = 0
     try:
@@ -108,7 +112,12 @@ def run(attempt_dir: Path) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure is reported in status.json
         error = _error_of(exc, local_out)
         code = 143 if TERMINATED["flag"] else 1
+        if watchdog.message:  # the watchdog stopped the kernel: say why, as to a kernel
+            error = dict(error, summary=watchdog.message, ename="GPUMemoryLimitExceeded",
+                         evalue=watchdog.message)
+            code = 1
         print(f"--- {error.get('summary')} ---", flush=True)
+    watchdog.stop()
     out = spec.get("output_path")
     copied = None
     if out and local_out.exists():

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from traitlets import Bool, CaselessStrEnum, Float, Integer, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from ..backends.base import JobBackend, RunHandle, RunSpec, RunStatus
@@ -80,6 +80,11 @@ class JobManager(LoggingConfigurable):
         "LocalProcessSpawner).",
     )
     enabled = Bool(True, config=True, help="Accept batch jobs at all.")
+    extra_env = Dict(
+        config=True,
+        help="Variables added to every job's environment (before the grant's own), e.g. "
+        "GPUSHARE_SIMULATED_JOB_MEMORY_MIB to exercise the limit watchdog in a demo.",
+    )
     poll_interval_s = Float(0.25, config=True, help="Seconds between passes of the job loop.")
     cancel_grace_s = Float(
         10.0, config=True, help="Seconds between SIGTERM and SIGKILL when a job is cancelled."
@@ -316,6 +321,7 @@ class JobManager(LoggingConfigurable):
             env=self._job_env(grant),
             max_runtime_s=job.max_runtime_s,
             kernel_name=kernel,
+            name=job.name,
         )
 
     def _job_env(self, grant: Grant) -> dict[str, str]:
@@ -327,6 +333,7 @@ class JobManager(LoggingConfigurable):
 
             self._real_gpus = real_gpus_present()
         env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
+        env.update({str(k): str(v) for k, v in self.extra_env.items()})
         info = GrantInfo.from_json(self.broker.grant_view(grant))
         env.update(
             local_env(
