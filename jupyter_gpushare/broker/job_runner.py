@@ -362,13 +362,17 @@ class JobManager(LoggingConfigurable):
             for job in jobs:
                 self._busy.discard(job.id)
         now = self.broker.clock()
+        pools: set[str] = set()
         for job, status in zip(jobs, statuses, strict=True):
             if job.state is not JobState.RUNNING:
                 continue
             if status.alive or status.alive is None:
                 await self._enforce_limits(job, now)
                 continue
-            self.settle(job, status)
+            self.settle(job, status, drain=False)
+            pools.add(job.pool)
+        for pool in sorted(pools):  # one pass over the queue for all the runs that ended
+            self.broker.drain_queue(pool)
 
     def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
         out = []
@@ -397,8 +401,9 @@ class JobManager(LoggingConfigurable):
         why = self._release_reason(job.grant_id) or "released"
         self.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
 
-    def settle(self, job: Job, status: RunStatus) -> None:
-        """A run ended: release its grant and write the job's outcome."""
+    def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None:
+        """A run ended: release its grant and write the job's outcome (``drain``: decide
+        on the pool's queue again at once; the loop does it once for all that ended)."""
         over = bool(job.handle and job.handle.get("over_runtime"))
         state = final_state(status.exit_code if status.finished else None,
                             job.preempt_signalled, job.cancel_requested)
@@ -419,7 +424,9 @@ class JobManager(LoggingConfigurable):
         else:
             reason = f"its process ended without a result (exit code {status.exit_code})"
             error = error or {"summary": reason}
-        hours = self._release(job, f"job {state.value}", drain=state is not JobState.PREEMPTED)
+        hours = self._release(
+            job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED
+        )
         self.store.transition(
             job, state, reason, error=error, gpu_hours=job.gpu_hours + hours, grant_id=None,
         )
