@@ -111,3 +111,30 @@ def test_jupyter_gpushare_via_jupyter() -> None:
     result = subprocess.run([jupyter, "gpushare", "check-policy", "-q", str(EXAMPLE)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_check_policy_reports_a_typo_and_an_unknown_team_in_one_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # issue 8 item 18: both show in the first run, not the second after fixing the typo
+    text = EXAMPLE.read_text()
+    text = text.replace("    memory_headroom: 20%\n    description: Fractions",
+                        "    memory_headrom: 20%\n    description: Fractions", 1)
+    text = text.replace("    teams: [vision, nlp]\n", "    teams: [vision, nlpp]\n", 1)
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    assert cli.main(["check-policy", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "pools.interactive.memory_headrom: unknown key (did you mean 'memory_headroom'?)" in err
+    assert "teams[1]: unknown team 'nlpp'" in err and "did you mean 'nlp'?" in err
+    assert "2 errors" in err
+
+
+def test_policy_schema_command_writes_the_schema(tmp_path: Path) -> None:
+    import json
+
+    from jupyter_gpushare.policy import json_schema
+
+    out = tmp_path / "schema.json"
+    assert cli.main(["policy-schema", "-o", str(out)]) == 0
+    assert json.loads(out.read_text()) == json_schema()
