@@ -59,6 +59,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("hub")
     port = free_port()
     extra = f"""
+c.JupyterHub.allow_named_servers = True
 from jupyter_gpushare.hubsetup import setup_gpushare
 setup_gpushare(c, {str(POLICY)!r}, spawner=None, broker_port={port}, admin_users=["ada"],
                data_dir=HUB_TMP, broker_args=["--BrokerApp.reconcile_min_age_s=0",
@@ -137,9 +138,10 @@ def test_alice_gets_a_grant_and_bob_cannot_touch_it(env: Any) -> None:
         client("POST", "/requests", t["bob"], {"profile": "lab-small", "team": "vision"})[0] == 403
     )
     # heartbeats: only the holder
+    uuid = ans["grant"]["gpus"][0]["uuid"]
     beat = {
         "grant_id": gid,
-        "gpus": [{"uuid": "x", "memory_used_mib": 10, "utilization_pct": 5}],
+        "gpus": [{"uuid": uuid, "memory_used_mib": 10, "utilization_pct": 5}],
         "simulated": True,
     }
     assert client("POST", "/heartbeats", t["bob"], beat)[0] == 403
@@ -237,6 +239,111 @@ def test_spawner_acts_for_any_user_and_admin_sees_all(env: Any) -> None:
     assert ans["grant"]["id"] in [c["grant_id"] for c in changes["released"]]
     status, grant = client("GET", f"/grants/{ans['grant']['id']}", t["ada"])
     assert grant["released_at"] and "reconciled" in grant["release_reason"]
+
+
+def _wait(predicate: Any, what: str, hub: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached:\n" + hub.log_text()[-4000:])
+        time.sleep(0.3)
+
+
+def _server(hub: Any, user: str, name: str) -> dict[str, Any] | None:
+    status, model = hub.api("GET", f"/users/{user}")
+    assert status == 200, model
+    found: dict[str, Any] | None = (model.get("servers") or {}).get(name)
+    return found
+
+
+def _start_server(hub: Any, user: str, name: str, profile: str) -> None:
+    """Start a plain (grant-less) server through the hub with the profile as its option."""
+    status, body = hub.api("POST", f"/users/{user}/servers/{name}", {"profile": profile})
+    assert status in (201, 202), (status, body)
+    _wait(lambda: bool((_server(hub, user, name) or {}).get("ready")), f"{name} ready", hub)
+
+
+def test_running_server_holds_one_grant_and_keeps_it(env: Any) -> None:
+    """Items 4 and 5: no second grant for a running server, and its user cannot release the
+    grant while it runs (an admin's release stops the server)."""
+    hub, client, t = env
+    status, ans = client("POST", "/requests", t["alice"], {"profile": "lab-small", "server": "g1"})
+    assert status == 201 and ans["status"] == "granted", ans
+    gid = ans["grant"]["id"]
+    _start_server(hub, "alice", "g1", "lab-small")
+    srv = hub.token_for(
+        "alice", ["access:servers!server=alice/g1", "access:services!service=gpushare"]
+    )
+    for token in (t["alice"], srv):
+        status, err = client("POST", "/requests", token, {"profile": "lab-small", "server": "g1"})
+        assert status == 409 and gid in err["error"], err
+    status, err = client("DELETE", f"/grants/{gid}", t["alice"])
+    assert status == 409 and "running" in err["error"], err
+    status, grant = client("GET", f"/grants/{gid}", t["alice"])
+    assert grant["released_at"] is None
+    status, rel = client("DELETE", f"/grants/{gid}", t["ada"])
+    assert status == 200 and rel["released"] is True
+    _wait(lambda: _server(hub, "alice", "g1") is None, "g1 stopped by the admin's release", hub)
+
+
+def test_reconcile_stops_servers_without_grant_and_releases_unknown_jobs(env: Any) -> None:
+    """Item 5: a server running a GPU profile with no grant is stopped; a batch grant whose
+    job nobody knows is released."""
+    hub, client, t = env
+    status, job = client(
+        "POST",
+        "/requests",
+        t["alice"],
+        {"profile": "lab-small", "kind": "batch", "server": "made-up-job"},
+    )
+    assert status == 201 and job["status"] == "granted", job
+    _start_server(hub, "alice", "nogrant", "lab-small")
+    status, changes = client("POST", "/admin/reconcile", t["ada"])
+    assert status == 200, changes
+    orphans = [(o["user"], o["server"], o["stopped"]) for o in changes["servers_without_grant"]]
+    assert ("alice", "nogrant", True) in orphans, changes
+    assert job["grant"]["id"] in [c["grant_id"] for c in changes["released"]], changes
+    _wait(lambda: _server(hub, "alice", "nogrant") is None, "nogrant stopped", hub)
+    status, grant = client("GET", f"/grants/{job['grant']['id']}", t["alice"])
+    assert grant["released_at"] and "made-up-job" in grant["release_reason"]
+
+
+def test_concurrent_idempotency_key_through_the_hub(env: Any) -> None:
+    """Item 7: 20 concurrent requests with one key get the one idempotent answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, client, t = env
+    body = {"profile": "lab-small", "server": "idem", "idempotency_key": "same-key"}
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: client("POST", "/requests", t["bob"], body), range(20)))
+    assert {status for status, _ in answers} == {201}, answers
+    ids = {ans["request_id"] for _, ans in answers}
+    assert len(ids) == 1
+    gid = answers[0][1]["grant"]["id"]
+    status, listed = client("GET", "/grants", t["bob"])
+    assert [g["id"] for g in listed["grants"] if g["server"] == "idem"] == [gid]
+    assert client("DELETE", f"/grants/{gid}", t["bob"])[0] == 200
+
+
+def test_heartbeat_shows_up_in_team_usage(env: Any) -> None:
+    """Item 9: a heartbeat (ts as an ISO string, as the server extension sends it) is
+    accepted and its measured use appears in the team's usage; a faster one is a 429."""
+    _, client, t = env
+    status, ans = client("POST", "/requests", t["bob"], {"profile": "lab-small", "server": "hb"})
+    assert status == 201, ans
+    gid, uuid = ans["grant"]["id"], ans["grant"]["gpus"][0]["uuid"]
+    beat = {
+        "grant_id": gid,
+        "ts": ans["created_at"],
+        "gpus": [{"uuid": uuid, "memory_used_mib": 2048, "utilization_pct": 30}],
+    }
+    status, before = client("GET", "/teams/nlp/usage", t["bob"])
+    n = before["pools"]["interactive"]["measured"]["heartbeats"]
+    assert client("POST", "/heartbeats", t["bob"], beat)[0] == 204
+    assert client("POST", "/heartbeats", t["bob"], beat)[0] == 429
+    status, usage = client("GET", "/teams/nlp/usage", t["bob"])
+    assert usage["pools"]["interactive"]["measured"]["heartbeats"] == n + 1
+    assert client("DELETE", f"/grants/{gid}", t["bob"])[0] == 200
 
 
 ENDPOINTS = [

@@ -75,7 +75,7 @@ async def test_grant_release_and_validation(broker: Any) -> None:
     status, err = await call(
         broker, "POST", "/requests", "tok-alice", {"pool": "shared", "gpu": {"fraction": "half"}}
     )
-    assert status == 400 and err["field"] == "fraction"
+    assert status == 400 and err["field"] == "gpu.fraction"
     status, err = await call(
         broker, "POST", "/requests", "tok-alice", {"pool": "shared", "kind": "x"}
     )
@@ -238,7 +238,11 @@ async def test_restart_rebuilds_the_same_state(db_url: str) -> None:
         assert {g.id: g for g in app2.broker.state.grants.values()} == before
         assert app2.broker.state.nodes["shared-n0"].cordoned
         status, ans = await call(
-            app2, "POST", "/requests", "tok-alice", {"pool": "shared", "gpu": {"fraction": 0.25}}
+            app2,
+            "POST",
+            "/requests",
+            "tok-alice",
+            {"pool": "shared", "gpu": {"fraction": 0.25}, "server": "two"},
         )
         assert ans["status"] == "refused"  # the only shared node is drained
         assert_consistent(app2)

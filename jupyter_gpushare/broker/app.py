@@ -37,6 +37,7 @@ from .db import make_engine
 from .handlers import Context, routes
 from .hubclient import HubClient
 from .job_runner import JobManager, JobsBatchBackend
+from .limits import BrokerLimits
 from .metrics import BrokerMetrics
 from .pages import page_routes
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
@@ -55,6 +56,8 @@ class BrokerApp(Application):
 
     name = "gpushare-broker"
     description = "jupyter-gpushare broker service"
+
+    classes = [BrokerLimits]
 
     aliases = {
         "policy": "BrokerApp.policy_file",
@@ -254,6 +257,7 @@ class BrokerApp(Application):
             observer=self.metrics,
             raw_sql=self.raw_sql,
             checkpoint_interval_s=self.sqlite_checkpoint_interval_s,
+            limits=BrokerLimits(parent=self),
         )
         self.runner.broker = self.broker
         self.jobs = JobManager(self.broker, parent=self)

@@ -19,8 +19,10 @@ from ..core.state import ClusterState
 from . import fastsql
 from .effects import Effects, NoEffects, NoObserver, Observer
 from .ledger_month import MonthLedger
+from .limits import BrokerLimits
 from .serial import gpu_index
 from .usage import UseRecorder
+from .waiting import WaitQueue
 
 LIVE_STATUSES = ("queued", "preempting")
 
@@ -48,6 +50,7 @@ class BrokerBase:
         observer: Observer | None = None,
         raw_sql: bool = True,
         checkpoint_interval_s: float = 1.0,
+        limits: BrokerLimits | None = None,
     ) -> None:
         self.policy = policy
         self.engine = engine
@@ -62,12 +65,17 @@ class BrokerBase:
         self.observer: Observer = observer or NoObserver()
         self.state = ClusterState(policy)
         self.gpus = gpu_index(policy)
-        self.queue: dict[str, Request] = {}  # queued batch requests by id (insertion order)
+        self.limits = limits or BrokerLimits()
+        # queued batch requests by id, in decision order per pool
+        self.queue = WaitQueue(self._priority_value)
+        # (kind, user, holder) -> live grant ids and waiting request ids of that holder
+        self.holders: dict[tuple[str, str, str], set[str]] = {}
         self.pending: dict[str, Pending] = {}  # preempting requests by id
         self.preempt_info: dict[str, tuple[str, float]] = {}  # victim grant -> (reason, deadline)
         self.last_heartbeat: dict[str, dict[str, Any]] = {}
         self.usage = UseRecorder()  # measured use per grant, node power, GPU activity
         self.cull_notices: dict[str, dict[str, Any]] = {}  # grant -> the idle culler's warning
+        self.heartbeat_accepted_at: dict[str, float] = {}  # grant id -> broker time
         self.ledger = MonthLedger()
         self.loaded = False
 
@@ -76,7 +84,36 @@ class BrokerBase:
         if self.fast is not None:
             self.fast.close()
 
+    def measured_view(self, team: str, pool: str) -> dict[str, Any] | None:
+        """Measured use of a team in a pool this month (see :mod:`.heartbeats`)."""
+        return None
+
+    def _priority_value(self, name: str) -> int:
+        priority = self.policy.priority(name)
+        return priority.value if priority is not None else 0
+
     def ordered_queue(self, pool: str | None = None) -> list[Request]:
-        prio = {p.name: p.value for p in self.policy.priority_classes}
-        items = [r for r in self.queue.values() if pool is None or r.pool == pool]
-        return sorted(items, key=lambda r: (-prio.get(r.priority, 0), r.created_at, r.id))
+        """Queued requests in decision order: priority value, then age, then id."""
+        return self.queue.ordered(pool)
+
+    # -- holders ----------------------------------------------------------------------------
+
+    @staticmethod
+    def holder_key(req: Request) -> tuple[str, str, str]:
+        return (req.kind.value, req.user, req.holder)
+
+    def hold(self, req: Request, live_id: str) -> None:
+        """Record that ``live_id`` (a grant, or a waiting request) belongs to req's holder."""
+        self.holders.setdefault(self.holder_key(req), set()).add(live_id)
+
+    def unhold(self, req: Request, live_id: str) -> None:
+        key = self.holder_key(req)
+        ids = self.holders.get(key)
+        if ids is not None:
+            ids.discard(live_id)
+            if not ids:
+                del self.holders[key]
+
+    def held_by(self, kind: str, user: str, holder: str) -> set[str]:
+        """Live grant ids (``g-…``) and waiting request ids (``r-…``) of one holder."""
+        return set(self.holders.get((kind, user, holder), ()))

@@ -211,6 +211,23 @@ job_events_table = Table(
 )
 
 
+usage_table = Table(
+    "gpushare_usage_month",
+    metadata,
+    Column("team", String(255), primary_key=True),
+    Column("pool", String(255), primary_key=True),
+    Column("month", String(7), primary_key=True),  # YYYY-MM (UTC)
+    Column("samples", Integer, nullable=False),
+    Column("utilization_pct_sum", Float, nullable=False),
+    Column("memory_used_mib_sum", Float, nullable=False),
+    Column("last_ts", Float, nullable=False),
+)
+"""Measured use from heartbeats, summed per team, pool and month (kept for good, while the
+heartbeat detail rows are deleted after ``BrokerLimits.heartbeat_retention_s``)."""
+
+heartbeats_ts_index = Index("ix_gpushare_heartbeats_ts", heartbeats_table.c.ts)
+
+
 # -- migrations -----------------------------------------------------------------------------
 
 
@@ -229,10 +246,16 @@ def _m3_grant_use(conn: Connection) -> None:
     node_power_table.create(conn, checkfirst=True)
 
 
+def _m4_usage(conn: Connection) -> None:
+    usage_table.create(conn, checkfirst=True)
+    heartbeats_ts_index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
     (2, "batch jobs: jobs, their notebook snapshots and state history", _m2_jobs),
     (3, "measured use per grant and GPU, power per node and hour", _m3_grant_use),
+    (4, "measured use per team, pool and month; heartbeats by time", _m4_usage),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

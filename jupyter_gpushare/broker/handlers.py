@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import time
 from collections.abc import Awaitable
@@ -20,8 +19,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 from tornado.iostream import StreamClosedError
 
-from ..core.model import UNIT, GPUAsk, Kind, Request
+from ..core.model import Kind, Request
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
+from .fields import BadField, Fields, shorten
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
 from .preempt import NoticeHub
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     pass
 
 OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
-MAX_NAME = 255
 
 
 @dataclass
@@ -48,94 +47,13 @@ class Context:
     login: BrowserLogin | None = None  # the hub's OAuth login for browsers (None: tokens only)
 
 
-class BadField(BrokerError):
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(400, message, field)
-
-
-# -- field readers (every invalid value is a 400 naming the field) ---------------------------
-
-
-def _str(
-    body: dict[str, Any],
-    key: str,
-    default: str | None = None,
-    *,
-    required: bool = False,
-    max_len: int = MAX_NAME,
-) -> str | None:
-    value = body.get(key, default)
-    if value is None:
-        if required:
-            raise BadField(key, f"{key} is required")
-        return None
-    if not isinstance(value, str) or len(value) > max_len:
-        raise BadField(key, f"{key} must be a string of at most {max_len} characters")
-    return value
-
-
-def _num(
-    body: dict[str, Any],
-    key: str,
-    *,
-    minimum: float = 0,
-    maximum: float | None = None,
-    integer: bool = False,
-    default: Any = None,
-) -> Any:
-    value = body.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadField(key, f"{key} must be a number")
-    if integer and not float(value).is_integer():
-        raise BadField(key, f"{key} must be an integer")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise BadField(
-            key, f"{key} must be between {minimum} and {maximum if maximum is not None else '∞'}"
-        )
-    return int(value) if integer else float(value)
-
-
-def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
-    value = body.get(key, default)
-    if not isinstance(value, bool):
-        raise BadField(key, f"{key} must be true or false")
-    return value
-
-
-def _gpu_ask(value: Any) -> GPUAsk:
-    if value is None:
-        return GPUAsk()
-    if not isinstance(value, dict):
-        raise BadField(
-            "gpu", "gpu must be an object {count} or {fraction, memory_mib, compute_pct}"
-        )
-    count = _num(value, "count", integer=True, maximum=1024)
-    fraction = _num(value, "fraction", maximum=1)
-    memory = _num(value, "memory_mib", integer=True, maximum=10**8)
-    compute = _num(value, "compute_pct", maximum=100)
-    if count and fraction:
-        raise BadField("gpu", "give gpu.count (whole GPUs) or gpu.fraction, not both")
-    if count:
-        return GPUAsk(whole=count)
-    if fraction:
-        milli = round(fraction * UNIT)
-        if milli < 1:
-            raise BadField("gpu.fraction", "gpu.fraction is too small")
-        return GPUAsk(
-            fraction_milli=milli,
-            memory_mib=memory if memory else None,
-            compute_milli=round(compute * 10) if compute is not None else None,
-        )
-    if memory or compute:
-        raise BadField("gpu", "gpu.memory_mib and gpu.compute_pct need gpu.fraction")
-    return GPUAsk()
-
-
 def _json_body(handler: web.RequestHandler) -> dict[str, Any]:
+    """The JSON object of a request body of any size (jobs carry notebooks; the broker's
+    own endpoints read bodies through :class:`~.fields.Fields`, bounded)."""
     try:
         body = json.loads(handler.request.body or b"{}")
+    except RecursionError as exc:
+        raise BadField("body", "the body is nested too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadField("body", "the body must be a JSON object") from exc
     if not isinstance(body, dict):
@@ -155,6 +73,7 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
         self.ctx = ctx
         self.login = ctx.login
         self._t0 = time.perf_counter()
+        self.fields = Fields(ctx.broker.limits)
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -201,6 +120,8 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
             body: dict[str, Any] = {"error": e.message}
             if e.field:
                 body["field"] = e.field
+            for name, value in e.headers.items():
+                self.set_header(name, value)
             self.finish(json.dumps(body))
             return
         super()._handle_request_exception(e)
@@ -227,7 +148,7 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
 
     def arg(self, name: str) -> str | None:
         value = self.get_query_argument(name, None)
-        if value is not None and len(value) > MAX_NAME:
+        if value is not None and len(value) > self.ctx.broker.limits.max_name_length:
             raise BadField(name, f"{name} is too long")
         return value
 
@@ -267,37 +188,45 @@ class HealthHandler(BaseHandler):
 
 class RequestsHandler(BaseHandler):
     async def post(self) -> None:
-        body = _json_body(self)
+        f = self.fields
+        body = f.body(self.request.body)
         ident = self.identity
-        user = _str(body, "user", ident.name if ident.kind == "user" else None, required=True)
-        server = _str(body, "server", "") or ""
+        user = f.text(body, "user", ident.name if ident.kind == "user" else None, required=True)
+        server = f.text(body, "server", "") or ""
         assert user is not None
         self.require(
-            ident.may_act_for(user, server), f"this token may not request GPUs for {user}/{server}"
+            ident.may_act_for(user, server),
+            f"this token may not request GPUs for {shorten(user)}/{shorten(server)}",
         )
-        kind = _str(body, "kind", "interactive")
+        kind = f.text(body, "kind", "interactive")
         if kind not in ("interactive", "batch"):
             raise BadField("kind", "kind must be interactive or batch")
-        idem = _str(body, "idempotency_key")
+        idem = f.text(body, "idempotency_key")
         broker = self.ctx.broker
-        if idem:
-            existing = broker.find_idempotent(user, idem)
-            if existing is not None:
-                self.send(existing, 409 if existing["status"] == "refused" else 201)
-                return
+        if idem and self._send_existing(user, idem):
+            return
         groups = body.get("groups")
         if groups is not None:
             if not ident.act_as:
                 raise BrokerError(403, "only the hub's spawner may pass groups", "groups")
-            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-                raise BadField("groups", "groups must be a list of strings")
+            if (
+                not isinstance(groups, list)
+                or len(groups) > 1000
+                or not all(isinstance(g, str) for g in groups)
+            ):
+                raise BadField("groups", "groups must be a list of at most 1000 strings")
         spec = self._spec(body)
-        team = _str(body, "team")
+        team = f.text(body, "team")
         teams = await self.teams_of(user, groups)
+        # another call with the same key may have been answered while the hub was asked
+        if idem and self._send_existing(user, idem):
+            return
         profile = broker.policy.profile(spec["profile_slug"]) if spec["profile_slug"] else None
         if team is not None:
             if team not in teams and not ident.admin:
-                raise BrokerError(403, f"{user} is not a member of team {team}", "team")
+                raise BrokerError(
+                    403, f"{shorten(user)} is not a member of team {shorten(team)}", "team"
+                )
         else:
             allowed = [
                 t
@@ -309,11 +238,11 @@ class RequestsHandler(BaseHandler):
             team = allowed[0] if allowed else None
         spec["kind"] = kind
         spec["server"] = server
-        spec["checkpointing"] = _bool(body, "checkpointing")
-        spec["max_runtime_s"] = _num(body, "max_runtime_s", integer=True, maximum=10**9)
+        spec["checkpointing"] = f.flag(body, "checkpointing")
+        spec["max_runtime_s"] = f.number(body, "max_runtime_s", integer=True, maximum=10**9)
         now = broker.clock()
         rid = new_id("r")
-        if not spec["pool"] and spec["gpu_ask"].is_empty:
+        if spec["gpu_ask"].is_empty:  # a profile without GPU: it starts without a grant
             req = make_request(
                 broker.policy, request_id=rid, user=user, team=team or "", body=spec, now=now
             )
@@ -332,51 +261,95 @@ class RequestsHandler(BaseHandler):
             )
             self.send(view, 409)
             return
+        self._one_grant_per_holder(user, server, kind)
         req = make_request(broker.policy, request_id=rid, user=user, team=team, body=spec, now=now)
         view = broker.submit(req, idempotency_key=idem)
         self.send(view, 409 if view["status"] == "refused" else 201)
 
+    def _send_existing(self, user: str, idem: str) -> bool:
+        """Answer with the request already made with this idempotency key, if any."""
+        existing = self.ctx.broker.find_idempotent(user, idem)
+        if existing is None:
+            return False
+        self.send(existing, 409 if existing["status"] == "refused" else 201)
+        return True
+
+    def _one_grant_per_holder(self, user: str, server: str, kind: str) -> None:
+        """One server (or job) holds at most one grant or waiting request.
+
+        The hub's spawner (act-as) asks only when it starts the server, so whatever the
+        server still holds is left over from an earlier start: it is released (or its
+        request cancelled) first. Any other token gets a 409."""
+        if kind == "batch" and not server:
+            return  # a batch request that names no job: nothing to hold it to
+        broker = self.ctx.broker
+        held = broker.held_by(kind, user, server)
+        if not held:
+            return
+        what = f"server {user}/{server}" if kind == "interactive" else f"job {server}"
+        if not self.identity.act_as:
+            raise BrokerError(
+                409,
+                f"{shorten(what)} already holds {', '.join(sorted(held))}: one grant per "
+                + (
+                    "server; stop the server or release that grant first"
+                    if kind == "interactive"
+                    else "job; release that grant first"
+                ),
+                "server",
+            )
+        for live_id in sorted(held):
+            if live_id in broker.state.grants:
+                broker.release(live_id, "released: superseded by a new start of its holder")
+            else:
+                broker.cancel(live_id)
+
     def _spec(self, body: dict[str, Any]) -> dict[str, Any]:
+        f = self.fields
         policy = self.ctx.broker.policy
         profile_value = body.get("profile")
         if isinstance(profile_value, str):
-            profile = policy.profile(profile_value)
+            slug = f.text(body, "profile")
+            profile = policy.profile(slug or "")
             if profile is None:
-                raise BadField("profile", f"unknown profile {profile_value!r}")
-            explicit = {k: body[k] for k in ("priority",) if body.get(k) is not None}
-            spec: dict[str, Any] = {
+                raise BadField("profile", f"unknown profile {shorten(profile_value)}")
+            chosen = f.text(body, "priority") or profile.priority
+            if policy.priority(chosen) is None:
+                raise BadField("priority", f"unknown priority class {shorten(chosen)}")
+            return {
                 "profile_slug": profile.slug,
                 "pool": profile.pool,
                 "gpu_ask": profile.gpu,
-                "priority": explicit.get("priority", profile.priority),
+                "priority": chosen,
                 "cpu_milli": profile.cpu_milli,
                 "memory_mib": profile.memory_mib,
                 "gpu_models": profile.gpu_models,
             }
-            if not isinstance(spec["priority"], str) or policy.priority(spec["priority"]) is None:
-                raise BadField("priority", f"unknown priority class {spec['priority']!r}")
-            return spec
         if profile_value is not None and not isinstance(profile_value, dict):
             raise BadField("profile", "profile must be a profile slug or an object")
         src = profile_value if isinstance(profile_value, dict) else body
-        pool = _str(src, "pool", required=True)
+        pool = f.text(src, "pool", required=True)
         if policy.pool(pool or "") is None:
-            raise BadField("pool", f"unknown pool {pool!r}")
-        priority = _str(src, "priority")
+            raise BadField("pool", f"unknown pool {shorten(pool)}")
+        priority = f.text(src, "priority")
         if priority is None:
             priority = "interactive" if policy.priority("interactive") else None
         if priority is None or policy.priority(priority) is None:
-            raise BadField("priority", f"unknown priority class {priority!r}")
+            raise BadField("priority", f"unknown priority class {shorten(priority)}")
         models = src.get("gpu_models", [])
-        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-            raise BadField("gpu_models", "gpu_models must be a list of strings")
+        if (
+            not isinstance(models, list)
+            or len(models) > 64
+            or not all(isinstance(m, str) and len(m) <= 255 for m in models)
+        ):
+            raise BadField("gpu_models", "gpu_models must be a list of at most 64 model names")
         return {
             "profile_slug": "",
             "pool": pool,
-            "gpu_ask": _gpu_ask(src.get("gpu")),
+            "gpu_ask": f.gpu_ask(src.get("gpu")),
             "priority": priority,
-            "cpu_milli": _num(src, "cpu_milli", integer=True, maximum=10**9) or 0,
-            "memory_mib": _num(src, "memory_mib", integer=True, maximum=10**10) or 0,
+            "cpu_milli": f.number(src, "cpu_milli", integer=True, maximum=10**9) or 0,
+            "memory_mib": f.number(src, "memory_mib", integer=True, maximum=10**10) or 0,
             "gpu_models": tuple(models),
         }
 
@@ -431,11 +404,39 @@ class GrantHandler(BaseHandler):
     def get(self, grant_id: str) -> None:
         self.send(self._load(grant_id))
 
-    def delete(self, grant_id: str) -> None:
+    async def delete(self, grant_id: str) -> None:
         view = self._load(grant_id)
-        self.require(self.identity.may_act_for(view["user"], view["server"]), "not your grant")
-        released = self.ctx.broker.release(grant_id, "released by holder")
-        self.send({"released": released, "grant": self.ctx.broker.get_grant(grant_id)})
+        ident = self.identity
+        self.require(ident.may_act_for(view["user"], view["server"]), "not your grant")
+        broker = self.ctx.broker
+        grant = broker.state.grants.get(grant_id)
+        if grant is not None and grant.request.kind is Kind.INTERACTIVE and ident.kind == "user":
+            # a server never runs without its grant: its user releases it by stopping it
+            running = await self._server_running(grant.user, grant.request.holder)
+            if running and not ident.admin:
+                raise BrokerError(
+                    409,
+                    f"server {shorten(grant.user)}/{shorten(grant.request.holder)} is running: "
+                    "stop the server to release its grant",
+                    "grant_id",
+                )
+            if running and self.ctx.hub is not None:
+                try:  # an admin's release stops the server
+                    await self.ctx.hub.stop_server(grant.user, grant.request.holder)
+                except HubError as exc:
+                    raise BrokerError(503, "cannot ask the hub to stop the server") from exc
+        released = broker.release(grant_id, "released by holder")
+        self.send({"released": released, "grant": broker.get_grant(grant_id)})
+
+    async def _server_running(self, user: str, server: str) -> bool:
+        """Whether the hub lists the server (running or starting); no hub: ``False``."""
+        if self.ctx.hub is None:
+            return False
+        try:
+            model = await self.ctx.hub.get_user(user)
+        except HubError as exc:
+            raise BrokerError(503, "cannot ask the hub whether the server runs") from exc
+        return model is not None and server in (model.get("servers") or {})
 
 
 class TeamUsageHandler(BaseHandler):
@@ -460,12 +461,19 @@ class NoticesHandler(BaseHandler):
         self.send({"notices": self.ctx.broker.notices(user=user, grant_id=self.arg("grant_id"))})
 
 
+_WAKE: dict[str, Any] = {}  # put in a stream's own queue when its client leaves
+
+
 class NoticeStreamHandler(NoticesHandler):
+    _queue: asyncio.Queue[dict[str, Any]] | None = None
+
     async def get(self) -> None:  # type: ignore[override]
         user = self._user_filter()
         grant_id = self.arg("grant_id")
+        if len(self.ctx.notices.subscribers) >= self.ctx.broker.limits.max_notice_subscribers:
+            raise BrokerError(503, "too many notice streams open; try again later")
         self.set_header("Content-Type", "text/event-stream")
-        queue = self.ctx.notices.subscribe()
+        queue = self._queue = self.ctx.notices.subscribe()
         try:
             for notice in self.ctx.broker.notices(user=user, grant_id=grant_id):
                 self.write(f"event: preemption\ndata: {json.dumps(notice)}\n\n")
@@ -478,11 +486,14 @@ class NoticeStreamHandler(NoticesHandler):
                     self.write(": keep-alive\n\n")
                     await self.flush()
                     continue
+                if notice is _WAKE:
+                    break
                 if user and notice.get("user") != user:
                     continue
                 if grant_id and notice.get("grant_id") != grant_id:
                     continue
-                self.write(f"event: preemption\ndata: {json.dumps(notice)}\n\n")
+                self.write(f"event: {notice.get('kind', 'preemption')}\n")
+                self.write(f"data: {json.dumps(notice)}\n\n")
                 await self.flush()
         except StreamClosedError:
             pass
@@ -490,38 +501,44 @@ class NoticeStreamHandler(NoticesHandler):
             self.ctx.notices.unsubscribe(queue)
 
     def on_connection_close(self) -> None:
-        self.ctx.notices.publish({"_wake": True})
+        # wake only this stream's loop (never a message to the other subscribers)
+        if self._queue is not None:
+            self.ctx.notices.wake(self._queue, _WAKE)
 
 
 class HeartbeatHandler(BaseHandler):
     def post(self) -> None:
-        body = _json_body(self)
-        grant_id = _str(body, "grant_id", required=True)
+        f = self.fields
+        body = f.body(self.request.body)
+        grant_id = f.text(body, "grant_id", required=True)
         assert grant_id is not None
-        grant = self.ctx.broker.state.grants.get(grant_id)
+        broker = self.ctx.broker
+        grant = broker.state.grants.get(grant_id)
         if grant is None:
-            raise BrokerError(404, f"no live grant {grant_id}")
+            raise BrokerError(404, f"no live grant {shorten(grant_id)}")
         self.require(self.identity.may_act_for(grant.user, grant.request.holder), "not your grant")
-        ts = _num(body, "ts", maximum=1e11) or self.ctx.broker.clock()
+        ts = f.timestamp(body, "ts")
         gpus = body.get("gpus", [])
         if not isinstance(gpus, list) or len(gpus) > 64:
             raise BadField("gpus", "gpus must be a list of at most 64 objects")
         clean = []
-        for item in gpus:
+        for i, item in enumerate(gpus):
             if not isinstance(item, dict):
-                raise BadField("gpus", "each gpu must be an object")
+                raise BadField(f"gpus[{i}]", "each gpu must be an object")
             clean.append(
                 {
-                    "uuid": _str(item, "uuid", required=True),
-                    "memory_used_mib": _num(item, "memory_used_mib", maximum=10**8),
-                    "utilization_pct": _num(item, "utilization_pct", maximum=100),
-                    "power_w": _num(item, "power_w", maximum=10**5),
+                    "uuid": f.text(item, "uuid", required=True, name=f"gpus[{i}].uuid"),
+                    "memory_used_mib": f.number(
+                        item, "memory_used_mib", maximum=10**8, name=f"gpus[{i}].memory_used_mib"
+                    ),
+                    "utilization_pct": f.number(
+                        item, "utilization_pct", maximum=100, name=f"gpus[{i}].utilization_pct"
+                    ),
+                    "power_w": f.number(item, "power_w", maximum=10**5, name=f"gpus[{i}].power_w"),
                 }
             )
-        kernel_ts = _num(body, "kernel_activity_ts", maximum=1e11)
-        self.ctx.broker.heartbeat(
-            grant_id, ts, clean, _bool(body, "simulated"), kernel_activity=kernel_ts
-        )
+        kernel_ts = f.timestamp(body, "kernel_activity_ts")
+        broker.heartbeat(grant_id, ts, clean, f.flag(body, "simulated"), kernel_activity=kernel_ts)
         self.set_status(204)
         self.finish()
 

@@ -51,6 +51,20 @@ class HubClient:
         code, data = await self._call("GET", f"/users/{quote(name, safe='')}")
         return data if code == 200 else None
 
+    async def active_users(self, page: int = 200) -> list[dict[str, Any]]:
+        """Every user with an active server (``GET /users?state=active``, page by page)."""
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            code, data = await self._call(
+                "GET", f"/users?state=active&offset={offset}&limit={page}"
+            )
+            items = data.get("items", []) if isinstance(data, dict) else (data or [])
+            out.extend(items)
+            if code != 200 or len(items) < page:
+                return out
+            offset += len(items)
+
     async def groups_of(self, name: str) -> tuple[str, ...]:
         cached = self._groups.get(name)
         if cached and cached[0] > time.monotonic():

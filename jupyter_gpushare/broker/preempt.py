@@ -63,6 +63,12 @@ class NoticeHub:
     def unsubscribe(self, queue: asyncio.Queue[dict[str, Any]]) -> None:
         self.subscribers.discard(queue)
 
+    @staticmethod
+    def wake(queue: asyncio.Queue[dict[str, Any]], marker: dict[str, Any]) -> None:
+        """Wake one subscriber's loop (its client left) without telling anyone else."""
+        with contextlib.suppress(asyncio.QueueFull):
+            queue.put_nowait(marker)
+
     def publish(self, notice: dict[str, Any]) -> None:
         for queue in list(self.subscribers):
             with contextlib.suppress(asyncio.QueueFull):

@@ -1,17 +1,29 @@
-"""Reconciliation with reality: release grants whose holder is gone.
+"""Reconciliation with reality: release grants whose holder is gone, stop servers with none.
 
 A :class:`HolderChecker` says, for each live grant, whether its holder (a hub server, a
 batch job, a pod) still exists: ``"alive"``, ``"gone"`` or ``"unknown"``. Only ``"gone"``
 releases anything, so a hub that cannot be reached changes nothing. Grants younger than
 ``min_age_s`` are left alone (their server may not be registered yet).
+
+* **Interactive grants**: the hub's list of the user's servers (running or starting).
+* **Batch grants**: the job lookups (:meth:`HolderChecker.add_job_lookup`, e.g. the broker's
+  jobs table), then the batch backend; a job that none of them knows is gone
+  (``HubHolderChecker.release_unknown_jobs``), so a batch grant naming a made-up job is
+  released at the next reconcile.
+* **Servers without a grant**: a server the hub runs with a GPU profile of the policy
+  (``user_options.profile``) that holds no grant and waits for none is stopped
+  (``HubHolderChecker.stop_servers_without_grant``): a GPU share is never used without
+  exactly one live grant.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from traitlets import Any as AnyTrait
+from traitlets import Bool
 from traitlets.config import LoggingConfigurable
 
 from ..core.model import Grant, Kind
@@ -22,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpushare.broker.reconcile")
 
+JobLookup = Callable[[Grant], Awaitable[bool | None]]
+"""Does the job holding this batch grant exist? ``True``/``False``, or ``None``: cannot tell."""
+
 
 class HolderChecker(LoggingConfigurable):
     """Base class: every holder is unknown (nothing is ever released)."""
@@ -29,27 +44,58 @@ class HolderChecker(LoggingConfigurable):
     hub = AnyTrait(None, allow_none=True)  # HubClient
     backend = AnyTrait(None, allow_none=True)  # BatchBackend
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_lookups: list[JobLookup] = []
+
+    def add_job_lookup(self, lookup: JobLookup) -> None:
+        """Ask ``lookup`` first whether a batch grant's job exists (the jobs table, ...)."""
+        self.job_lookups.append(lookup)
+
     async def check(self, grants: list[Grant]) -> dict[str, tuple[str, str]]:
         """Map grant id to (``alive`` | ``gone`` | ``unknown``, why)."""
         return {g.id: ("unknown", "no holder checker") for g in grants}
 
+    async def servers_without_grant(self, broker: Broker, min_age_s: float) -> list[dict[str, Any]]:
+        """Servers that run with a GPU profile but hold no grant (stopped, or reported)."""
+        return []
+
 
 class HubHolderChecker(HolderChecker):
-    """Interactive grants: the hub's list of the user's servers; batch: the batch backend."""
+    """Interactive grants: the hub's list of the user's servers; batch: job lookups, backend."""
+
+    release_unknown_jobs = Bool(
+        True,
+        config=True,
+        help="Release a batch grant whose job no job lookup and no batch backend knows "
+        "(False: leave it, as 'unknown').",
+    )
+    stop_servers_without_grant = Bool(
+        True,
+        config=True,
+        help="Stop a server that runs with a GPU profile but holds no live grant "
+        "(False: only report it in the reconcile result and the log).",
+    )
+
+    async def job_verdict(self, grant: Grant) -> tuple[str, str]:
+        job = grant.request.holder
+        for lookup in self.job_lookups:
+            known = await lookup(grant)
+            if known is not None:
+                return ("alive", "job exists") if known else ("gone", f"job {job!r} is gone")
+        alive = await self.backend.job_alive(grant) if self.backend is not None else None
+        if alive is not None:
+            return ("alive", "job runs") if alive else ("gone", f"job {job!r} is gone")
+        if self.release_unknown_jobs:
+            return ("gone", f"no job {job!r} is known to the broker or the batch backend")
+        return ("unknown", "batch backend cannot tell")
 
     async def check(self, grants: list[Grant]) -> dict[str, tuple[str, str]]:
         out: dict[str, tuple[str, str]] = {}
         users: dict[str, dict[str, Any] | None] = {}
         for grant in grants:
             if grant.request.kind is Kind.BATCH:
-                alive = await self.backend.job_alive(grant) if self.backend is not None else None
-                out[grant.id] = (
-                    ("unknown", "batch backend cannot tell")
-                    if alive is None
-                    else ("alive", "job runs")
-                    if alive
-                    else ("gone", f"job {grant.request.holder} is gone")
-                )
+                out[grant.id] = await self.job_verdict(grant)
                 continue
             if self.hub is None:
                 out[grant.id] = ("unknown", "no hub")
@@ -71,11 +117,64 @@ class HubHolderChecker(HolderChecker):
                 out[grant.id] = ("gone", f"server {grant.user}/{server} is not running")
         return out
 
+    async def servers_without_grant(self, broker: Broker, min_age_s: float) -> list[dict[str, Any]]:
+        if self.hub is None:
+            return []
+        try:
+            users = await self.hub.active_users()
+        except HubError as exc:
+            log.warning("reconcile: cannot list the hub's servers: %s", exc)
+            return []
+        found = []
+        now = broker.clock()
+        for model in users:
+            user = model.get("name") or ""
+            for name, server in (model.get("servers") or {}).items():
+                if not isinstance(server, dict) or server.get("pending") or not server.get("ready"):
+                    continue  # starting or stopping: the spawner is at work
+                started = _epoch(server.get("started"))
+                if started is not None and now - started < min_age_s:
+                    continue
+                slug = (server.get("user_options") or {}).get("profile")
+                profile = broker.policy.profile(slug) if isinstance(slug, str) else None
+                if profile is None or profile.gpu.is_empty:
+                    continue  # not a GPU server of this policy
+                held = broker.held_by(Kind.INTERACTIVE.value, user, name)
+                if held:
+                    continue
+                entry = {"user": user, "server": name, "profile": slug, "stopped": False}
+                if self.stop_servers_without_grant:
+                    try:
+                        entry["stopped"] = await self.hub.stop_server(user, name)
+                    except HubError as exc:
+                        log.warning("reconcile: cannot stop %s/%s: %s", user, name, exc)
+                log.warning(
+                    "reconcile: server %s/%s runs profile %s without a GPU grant%s",
+                    user,
+                    name,
+                    slug,
+                    ": stopped" if entry["stopped"] else "",
+                )
+                found.append(entry)
+        return found
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
 
 async def reconcile(
     broker: Broker, checker: HolderChecker, min_age_s: float = 60.0
 ) -> dict[str, Any]:
-    """Release grants whose holders are gone and retry waiting requests; return the changes."""
+    """Release grants whose holders are gone, stop servers without a grant, retry waiting
+    requests; return the changes."""
     now = broker.clock()
     candidates = [g for g in list(broker.state.grants.values()) if now - g.granted_at >= min_age_s]
     verdicts = await checker.check(candidates)
@@ -93,10 +192,12 @@ async def reconcile(
                 "grant_id": grant.id,
                 "user": grant.user,
                 "server": grant.request.holder,
+                "kind": grant.request.kind.value,
                 "reason": why,
             }
         )
         log.warning("reconcile: released grant %s of %s: %s", grant.id, grant.user, why)
+    orphans = await checker.servers_without_grant(broker, min_age_s)
     retried = []
     for request_id, pend in list(broker.pending.items()):
         if not any(v in broker.state.grants for v in pend.victims):
@@ -107,12 +208,14 @@ async def reconcile(
         "checked": len(candidates),
         "unknown": unknown,
         "released": released,
+        "servers_without_grant": orphans,
         "retried": retried,
     }
     log.info(
-        "reconcile: checked %d grants, released %d, retried %d",
+        "reconcile: checked %d grants, released %d, %d servers without grant, retried %d",
         len(candidates),
         len(released),
+        len(orphans),
         len(retried),
     )
     return result

@@ -23,18 +23,19 @@ from sqlalchemy import select
 from ..core.state import CapacityError, ClusterState
 from .base import LIVE_STATUSES, BrokerBase, Pending
 from .consistency import ConsistencyMixin
-from .db import grants_table, heartbeats_table, migrate, nodes_table, requests_table
+from .db import grants_table, migrate, nodes_table, requests_table
 from .effects import Effects, NoEffects, NoObserver, Observer
 from .errors import BrokerError
+from .heartbeats import HeartbeatsMixin
 from .ids import new_id
 from .ledger_month import MonthLedger
 from .lifecycle import LifecycleMixin
-from .serial import iso, make_request, request_row, row_to_grant, spec_to_request
+from .serial import make_request, request_row, row_to_grant, spec_to_request
 
 log = logging.getLogger("gpushare.broker")
 
 
-class Broker(LifecycleMixin, ConsistencyMixin):
+class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
     """Owner of all grants: in-memory core state plus its database mirror."""
 
     # -- start ------------------------------------------------------------------------------
@@ -47,6 +48,7 @@ class Broker(LifecycleMixin, ConsistencyMixin):
         self.state = ClusterState(self.policy)
         self.queue.clear()
         self.pending.clear()
+        self.holders.clear()
         self.preempt_info.clear()
         with self.engine.begin() as conn:
             for row in conn.execute(select(nodes_table)):
@@ -64,6 +66,7 @@ class Broker(LifecycleMixin, ConsistencyMixin):
                 try:
                     grant = row_to_grant(row)
                     self.state.apply(grant)
+                    self.hold(grant.request, grant.id)
                 except (CapacityError, KeyError, ValueError) as exc:
                     why = f"no longer fits the policy: {exc}"
                     self._close_grant_rows(conn, row.id, row.request_id, now, why)
@@ -84,6 +87,7 @@ class Broker(LifecycleMixin, ConsistencyMixin):
             )
         for row in waiting:
             req = spec_to_request(row.spec)
+            self.hold(req, req.id)
             if row.status == "queued":
                 self.queue[req.id] = req
             else:
@@ -99,6 +103,7 @@ class Broker(LifecycleMixin, ConsistencyMixin):
             self.state.preempting[victim] = request_id
             self.preempt_info[victim] = (reason, deadline)
         self._reset_ledger(now)
+        self.load_measured()
         self.loaded = True
         for pend in list(self.pending.values()):
             victims = [self.state.grants[v] for v in pend.victims if v in self.state.grants]
@@ -131,22 +136,6 @@ class Broker(LifecycleMixin, ConsistencyMixin):
             self.drain_queue(self.state.nodes[node].pool.name)
         live = [g.id for g in self.state.grants.values() if g.placement.node == node]
         return {"node": node, "cordoned": cordoned, "live_grants": live}
-
-    # -- heartbeats -------------------------------------------------------------------------
-
-    def heartbeat(
-        self, grant_id: str, ts: float, gpus: list[dict[str, Any]], simulated: bool,
-        kernel_activity: float | None = None,
-    ) -> None:
-        grant = self.state.grants[grant_id]
-        with self.engine.begin() as conn:
-            conn.execute(
-                heartbeats_table.insert(),
-                dict(grant_id=grant_id, ts=ts, simulated=simulated, gpus=gpus),
-            )
-            # lasting per-grant use and node power (report, culler, metrics): broker/usage.py
-            self.usage.record(conn, grant_id, grant.placement.node, ts, gpus, kernel_activity)
-        self.last_heartbeat[grant_id] = {"ts": iso(ts), "gpus": gpus, "simulated": simulated}
 
 
 __all__ = [

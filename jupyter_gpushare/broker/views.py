@@ -147,12 +147,8 @@ class ViewsMixin(LedgerMixin):
         return out
 
     def position(self, req: Request) -> int | None:
-        if req.id not in self.queue:
-            return None
-        for i, other in enumerate(self.ordered_queue(req.pool), start=1):
-            if other.id == req.id:
-                return i
-        return None
+        """1-based place of a queued request in its pool's order (``None``: not queued)."""
+        return self.queue.position(req.id)
 
     def expected_wait(self, req: Request, now: float) -> float | None:
         pend = self.pending.get(req.id)
@@ -160,13 +156,17 @@ class ViewsMixin(LedgerMixin):
             return max(0.0, pend.deadline - now)
         if req.id not in self.queue:
             return None
-        # the earliest end of a grant in the pool that declared a maximum runtime
+        end = self._earliest_end(req.pool)
+        return max(0.0, end - now) if end is not None else None
+
+    def _earliest_end(self, pool: str) -> float | None:
+        """The earliest end of a grant in the pool that declared a maximum runtime."""
         ends = [
             g.granted_at + g.request.max_runtime_s
             for g in self.state.grants.values()
-            if g.pool == req.pool and g.request.max_runtime_s
+            if g.pool == pool and g.request.max_runtime_s
         ]
-        return max(0.0, min(ends) - now) if ends else None
+        return min(ends) if ends else None
 
     def _view_from_decision(
         self, req: Request, decision: Decision, status: str, grant: Grant | None, now: float
@@ -231,7 +231,13 @@ class ViewsMixin(LedgerMixin):
     def queue_view(self) -> list[dict[str, Any]]:
         now = self.clock()
         out: list[dict[str, Any]] = []
+        ends: dict[str, float | None] = {}
+        positions: dict[str, int] = {}
         for req in self.ordered_queue():
+            if req.pool not in ends:
+                ends[req.pool] = self._earliest_end(req.pool)
+            end = ends[req.pool]
+            positions[req.pool] = positions.get(req.pool, 0) + 1
             out.append(
                 {
                     "request_id": req.id,
@@ -240,10 +246,10 @@ class ViewsMixin(LedgerMixin):
                     "pool": req.pool,
                     "status": "queued",
                     "priority": req.priority,
-                    "position": self.position(req),
+                    "position": positions[req.pool],
                     "units": from_milli(req.gpu.units_milli),
                     "created_at": iso(req.created_at),
-                    "expected_wait_s": self.expected_wait(req, now),
+                    "expected_wait_s": max(0.0, end - now) if end is not None else None,
                 }
             )
         for pend in self.pending.values():
@@ -286,9 +292,8 @@ class ViewsMixin(LedgerMixin):
                 "lent": from_milli(lent),
                 "gpu_hours_month": round(ledger.hours((team.name, pool), now), 6),
                 "gpu_hours_budget": quota.gpu_hours_per_month,
-                "queued": sum(
-                    1 for r in self.queue.values() if r.team == team.name and r.pool == pool
-                ),
+                "queued": self.queue.per_team_pool[(team.name, pool)],
+                "measured": self.measured_view(team.name, pool),
             }
         year, month = ledger.month
         return {"team": team.name, "month": f"{year:04d}-{month:02d}", "pools": pools}
