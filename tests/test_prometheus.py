@@ -67,7 +67,8 @@ def hub_and_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
 from jupyter_gpushare.hubsetup import setup_gpushare
 setup_gpushare(c, {str(POLICY)!r}, spawner=None, broker_port={port}, admin_users=["ada"],
                data_dir=HUB_TMP, broker_args=["--BrokerApp.reconcile_interval_s=0",
-                                              "--BrokerApp.reconcile_on_start=False"])
+                                              "--BrokerApp.reconcile_on_start=False",
+                                              "--BrokerLimits.heartbeat_min_interval_s=0"])
 """
     with real_hub(tmp, extra) as hub:
         api = hub.url + "/services/gpushare/api/v1"
