@@ -82,3 +82,36 @@ def test_supervisor_restarts_lingers_and_leaves_with_its_hub(tmp_path: Path) -> 
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_new_broker_takes_the_port_from_a_stale_one(tmp_path: Path) -> None:
+    # a broker whose hub died without it noticing (watching switched off here) holds the
+    # port; the next broker (same pid file) stops it and listens
+    port = free_port()
+    fake_hub = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    args = [sys.executable, "-m", "jupyter_gpushare.broker", f"--BrokerApp.policy_file={POLICY}",
+            f"--BrokerApp.db_url=sqlite:///{tmp_path}/b.sqlite", f"--BrokerApp.port={port}",
+            "--BrokerApp.ip=127.0.0.1", "--BrokerApp.use_hub=False",
+            "--BrokerApp.reconcile_on_start=False", "--BrokerApp.reconcile_interval_s=0",
+            "--BrokerApp.pid_file=broker.pid"]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        old = subprocess.Popen([*args, "--BrokerApp.watch_interval_s=3600"], cwd=tmp_path,
+                               env=dict(os.environ, GPUSHARE_HUB_PID=str(fake_hub.pid)))
+        procs.append(old)
+        wait_for(lambda: health(port), 60, "the old broker answering")
+        fake_hub.kill()
+        fake_hub.wait(10)
+        time.sleep(0.5)
+        assert old.poll() is None and health(port)  # stale: it did not notice
+        new = subprocess.Popen(args, cwd=tmp_path, env=dict(os.environ))
+        procs.append(new)
+        wait_for(lambda: old.poll() is not None, 30, "the stale broker stopped")
+        wait_for(lambda: health(port) and json.loads((tmp_path / "broker.pid").read_text())[
+            "pid"] == new.pid, 30, "the new broker serving on the port")
+        assert new.poll() is None
+    finally:
+        fake_hub.kill()
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)

@@ -33,7 +33,7 @@ INVENTORY_SOURCES = ("static", "simulated", "nvml", "kubernetes")
 DISCOVERED_SOURCES = ("nvml", "kubernetes")
 MAX_HEADROOM = 0.9
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-SCHEMA_ID = "https://jupyter-gpushare.readthedocs.io/schema/policy.json"
+SCHEMA_ID = "urn:jupyter-gpushare:policy"
 
 # ------------------------------------------------------------- patterns of unit texts
 # These match exactly the texts that the parsers of policy_units accept (a property test
