@@ -37,6 +37,7 @@ cat <<MSG
     alice, amy   (team vision)     bob, bea  (team nlp)     rita  (team research)
     admin        (hub and gpushare admin)
   Pick a server profile on the spawn page; GPUs are simulated unless NVML finds real ones.
+  The gpushare admin page (as admin): http://127.0.0.1:${PORT}/services/gpushare/admin/
   Data (databases, homes): ${GPUSHARE_DEMO_DIR:-hub_config/.demo}.  Stop with Ctrl-C.
 
 MSG
