@@ -15,6 +15,21 @@ FAST = (
         "research", 100, preemptible=True, grace_period_s=1, checkpoint_required_after_s=7200
     ),
 )
+def explicit(pol: Policy, allowed: bool = True) -> Policy:
+    """``pol`` with explicit GPU requests (no profile) allowed, or not, in every quota."""
+    teams = tuple(
+        dataclasses.replace(
+            team,
+            quotas=tuple(
+                (pool, dataclasses.replace(q, explicit_requests=allowed))
+                for pool, q in team.quotas
+            ),
+        )
+        for team in pol.teams
+    )
+    return dataclasses.replace(pol, teams=teams)
+
+
 POOLS = {"train": SharingMode.EXCLUSIVE, "shared": SharingMode.SHARED, "debug": SharingMode.DEBUG}
 
 
@@ -27,7 +42,8 @@ def small() -> Policy:
         },
         pools=POOLS,
     )
-    return dataclasses.replace(pol, priority_classes=FAST)
+    # the broker tests send explicit asks ({"pool", "gpu"}) as members: allowed here
+    return explicit(dataclasses.replace(pol, priority_classes=FAST))
 
 
 def crash() -> Policy:
@@ -38,7 +54,7 @@ def crash() -> Policy:
         node_count=10,
         gpus=4,
     )
-    return dataclasses.replace(pol, priority_classes=FAST)
+    return explicit(dataclasses.replace(pol, priority_classes=FAST))
 
 
 def bench() -> Policy:
@@ -49,4 +65,4 @@ def bench() -> Policy:
         node_count=500,
         gpus=8,
     )
-    return pol
+    return explicit(pol)

@@ -346,6 +346,60 @@ def test_heartbeat_shows_up_in_team_usage(env: Any) -> None:
     assert client("DELETE", f"/grants/{gid}", t["bob"])[0] == 200
 
 
+def test_policy_rules_on_teams_explicit_asks_and_priorities(env: Any) -> None:
+    """Items 1-3: a profile not for the team, an explicit ask where the team may not send
+    one, a priority class the profile does not offer: each a 403 naming the field, for user
+    and server tokens; admins may send explicit asks."""
+    hub, client, t = env
+    hub.create_user("rita", ["research"])
+    rita = hub.token_for("rita")
+    for body in ({"profile": "train-4gpu", "team": "research"}, {"profile": "train-4gpu"}):
+        status, err = client("POST", "/requests", rita, {**body, "server": "r"})
+        assert status == 403 and err["field"] == "team", err
+        assert err["code"] == "profile_not_for_team" and "vision" in err["error"]
+    explicit = {"pool": "interactive", "gpu": {"fraction": 0.125}, "server": ""}
+    for token in (t["alice"], t["alice-srv"]):
+        status, err = client("POST", "/requests", token, explicit)
+        assert status == 403 and err["field"] == "profile", err
+        assert err["code"] == "explicit_not_allowed"
+    status, err = client(
+        "POST",
+        "/requests",
+        t["alice"],
+        {**explicit, "profile": {"pool": "interactive", "gpu": {"fraction": 0.125}}},
+    )
+    assert status == 403 and err["field"] == "profile", err
+    status, ans = client("POST", "/requests", t["ada"], {**explicit, "user": "alice"})
+    assert status == 201 and ans["status"] == "granted", ans
+    assert client("DELETE", f"/grants/{ans['grant']['id']}", t["ada"])[0] == 200
+    # vision may send explicit asks in train (explicit_requests: true)
+    status, ans = client(
+        "POST", "/requests", t["alice"], {"pool": "train", "gpu": {"count": 1}, "server": "x"}
+    )
+    assert status == 201 and ans["status"] == "granted", ans
+    assert client("DELETE", f"/grants/{ans['grant']['id']}", t["alice"])[0] == 200
+    # priorities: lab-small offers only its own class; train-1gpu also offers research
+    status, err = client(
+        "POST", "/requests", t["alice"], {"profile": "lab-small", "priority": "training"}
+    )
+    assert status == 403 and err["field"] == "priority" and "interactive" in err["error"], err
+    status, ans = client(
+        "POST",
+        "/requests",
+        t["alice"],
+        {
+            "profile": "train-1gpu",
+            "priority": "research",
+            "server": "p",
+            "kind": "batch",
+            "checkpointing": True,
+        },
+    )
+    assert status == 201 and ans["status"] == "granted", ans
+    assert ans["grant"]["priority"] == "research" and ans["grant"]["preemptible"] is True
+    assert client("DELETE", f"/grants/{ans['grant']['id']}", t["alice"])[0] == 200
+
+
 ENDPOINTS = [
     ("POST", "/requests", {"profile": "lab-small"}),
     ("GET", "/requests", None),

@@ -12,9 +12,11 @@ class BrokerError(Exception):
         message: str,
         field: str | None = None,
         headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
         self.headers = headers or {}
+        self.code = code  # a stable, machine-readable reason (e.g. the rules' codes)

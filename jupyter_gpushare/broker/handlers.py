@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from ..core import rules
 from ..core.model import Kind, Request
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
 from .fields import BadField, Fields, shorten
@@ -120,6 +121,8 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
             body: dict[str, Any] = {"error": e.message}
             if e.field:
                 body["field"] = e.field
+            if e.code:
+                body["code"] = e.code
             for name, value in e.headers.items():
                 self.set_header(name, value)
             self.finish(json.dumps(body))
@@ -222,20 +225,14 @@ class RequestsHandler(BaseHandler):
         if idem and self._send_existing(user, idem):
             return
         profile = broker.policy.profile(spec["profile_slug"]) if spec["profile_slug"] else None
-        if team is not None:
-            if team not in teams and not ident.admin:
-                raise BrokerError(
-                    403, f"{shorten(user)} is not a member of team {shorten(team)}", "team"
-                )
-        else:
-            allowed = [
-                t
-                for t in teams
-                if (profile is None or profile.allowed_for({t}))
-                and (q := broker.policy.team(t)) is not None
-                and q.quota(spec["pool"]) is not None
-            ]
-            team = allowed[0] if allowed else None
+        if not spec["gpu_ask"].is_empty:
+            team = self._check_rules(teams, team, profile, spec)
+        elif team is None:
+            team = next(iter(teams), None)
+        elif team not in teams and not ident.admin:
+            raise BrokerError(
+                403, f"{shorten(user)} is not a member of team {shorten(team)}", "team"
+            )
         spec["kind"] = kind
         spec["server"] = server
         spec["checkpointing"] = f.flag(body, "checkpointing")
@@ -265,6 +262,29 @@ class RequestsHandler(BaseHandler):
         req = make_request(broker.policy, request_id=rid, user=user, team=team, body=spec, now=now)
         view = broker.submit(req, idempotency_key=idem)
         self.send(view, 409 if view["status"] == "refused" else 201)
+
+    def _check_rules(
+        self, teams: tuple[str, ...], team: str | None, profile: Any, spec: dict[str, Any]
+    ) -> str | None:
+        """The team the request is charged to, after the policy's rules on teams, profiles,
+        explicit asks and priorities (:mod:`..core.rules`): a 403 naming the field if it
+        breaks one; ``None`` if the user is in no team with a quota in the pool."""
+        policy = self.ctx.broker.policy
+        explicit_pool = None if profile is not None else spec["pool"]
+        kwargs: dict[str, Any] = dict(
+            user_teams=teams,
+            profile=profile,
+            explicit_pool=explicit_pool,
+            priority=spec["priority"],
+            is_admin=self.identity.admin,
+        )
+        if team is not None:
+            refusal = rules.check_request(policy, team=team, **kwargs)
+        else:
+            team, refusal = rules.choose_team(policy, **kwargs)
+        if refusal is not None:
+            raise BrokerError(403, refusal.message, refusal.field, code=refusal.code)
+        return team
 
     def _send_existing(self, user: str, idem: str) -> bool:
         """Answer with the request already made with this idempotency key, if any."""
