@@ -428,19 +428,10 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         pf.queue_wait_p95_s = p95(pool_waits.get(name, []))
         pool_figs.append(pf)
 
-    per_node: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for pw in rows.power:
-        if pw.samples > 0:
-            per_node[pw.node].append((pw.watts_avg, pw.watts_max))
     power = [
-        NodePower(
-            node,
-            node_pool.get(node, ""),
-            len(hrs),
-            max(m for _, m in hrs),
-            sum(a for a, _ in hrs) / len(hrs),
-        )
-        for node, hrs in sorted(per_node.items())
+        NodePower(pw.node, node_pool.get(pw.node, ""), pw.hours, pw.peak_w, pw.average_w)
+        for pw in sorted(rows.power, key=lambda p: p.node)
+        if pw.hours > 0
     ]
     note = "" if power else NO_POWER_NOTE
 

@@ -74,13 +74,13 @@ class UsageRow:
 
 @dataclass(frozen=True)
 class PowerRow:
-    """Power of one node in one hour: samples of the node's total, their mean and maximum."""
+    """Power of one node over the month: the hours with samples of the node's total power,
+    the mean of those hours' means, and the highest sample."""
 
     node: str
-    hour_start: float
-    samples: int
-    watts_avg: float
-    watts_max: float
+    hours: int
+    average_w: float
+    peak_w: float
 
 
 @dataclass(frozen=True)

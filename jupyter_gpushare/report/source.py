@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from sqlalchemy import Engine, Text, or_, select, type_coerce
+from sqlalchemy import Engine, Text, func, or_, select, type_coerce
 
 from ..broker.db import grant_use_table, grants_table, node_power_table, requests_table
 from ..core.ledger import month_bounds
@@ -149,12 +149,19 @@ def load_month(
         ).all():
             use[gid][uuid] = GPUUse(samples, util_sum / samples, mem_sum / samples)
         p = node_power_table.c
+        # one row per node, summed by the database: hours with samples, the mean of the
+        # hourly means, the highest sample
         power_rows = tuple(
-            PowerRow(node, hour, n, watts_sum / n, watts_max)
-            for node, hour, n, watts_sum, watts_max in conn.execute(
-                select(p.node, p.hour_start, p.samples, p.watts_sum, p.watts_max).where(
-                    p.hour_start >= start, p.hour_start < end, p.samples > 0
+            PowerRow(node, int(hours), float(avg), float(peak))
+            for node, hours, avg, peak in conn.execute(
+                select(
+                    p.node,
+                    func.count(),
+                    func.avg(p.watts_sum / p.samples),
+                    func.max(p.watts_max),
                 )
+                .where(p.hour_start >= start, p.hour_start < end, p.samples > 0)
+                .group_by(p.node)
             ).all()
         )
     usage = tuple(UsageRow(gid, gpus) for gid, gpus in use.items())
