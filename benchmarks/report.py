@@ -8,13 +8,15 @@ SQLAlchemy) and times, for each format: reading the month's rows (the report's a
 computing the figures and the rule, and rendering. The baseline, measured in the same run,
 is a plain scan of the same rows (``SELECT`` of the month's grants, requests, measured use per
 grant and power per node-hour with SQLAlchemy, nothing done with them): the ratio says what
-the report costs on top of
-reading its data. Target: under 5 s end to end in every format.
+the report costs on top of reading its data. Target: under 5 s end to end in every format.
+On a loaded machine the wall time says little: the CPU time of the process
+(``time.process_time``) is printed too.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -190,11 +192,12 @@ def main() -> int:
     base = statistics.median(baseline_scan(engine) for _ in range(args.repeat))
     print(f"baseline: plain scan of the month's rows {base:.2f} s")
     print(f"{'format':<6} {'read':>7} {'figures':>8} {'render':>7} {'total':>7} "
-          f"{'x scan':>7} {'size':>8}")
-    worst = 0.0
+          f"{'x scan':>7} {'CPU s':>7} {'size':>8}")
+    worst = worst_cpu = 0.0
     for fmt in FORMATS:
         runs = []
         for _ in range(args.repeat):
+            c1 = time.process_time()
             t1 = time.perf_counter()
             rows = load_month(engine, policy, YEAR, MONTH)
             t2 = time.perf_counter()
@@ -202,13 +205,18 @@ def main() -> int:
             t3 = time.perf_counter()
             text = render(doc, fmt)
             t4 = time.perf_counter()
-            runs.append((t2 - t1, t3 - t2, t4 - t3, t4 - t1, len(text)))
-        read, figs, rend, total, size = (statistics.median(x) for x in zip(*runs, strict=True))
+            cpu = time.process_time() - c1
+            runs.append((t2 - t1, t3 - t2, t4 - t3, t4 - t1, cpu, len(text)))
+        read, figs, rend, total, cpu, size = (
+            statistics.median(x) for x in zip(*runs, strict=True))
         worst = max(worst, total)
+        worst_cpu = max(worst_cpu, cpu)
         print(f"{fmt:<6} {read:7.2f} {figs:8.2f} {rend:7.3f} {total:7.2f} "
-              f"{total / base:7.2f} {size / 1024:7.0f}K")
-    print(f"worst format end to end: {worst:.2f} s (target < 5 s): "
-          f"{'OK' if worst < 5 else 'MISSED'}")
+              f"{total / base:7.2f} {cpu:7.2f} {size / 1024:7.0f}K")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"worst format end to end: {worst:.2f} s wall, {worst_cpu:.2f} s CPU of this "
+          f"process (load average {load:.1f} on {os.cpu_count()} cores; target < 5 s): "
+          f"{'OK' if worst < 5 else 'MISSED'} wall, {'OK' if worst_cpu < 5 else 'MISSED'} CPU")
     engine.dispose()
     return 0
 
