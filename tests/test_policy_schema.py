@@ -207,3 +207,28 @@ def test_unit_patterns_match_the_parsers(parse: Any, pattern: str, text: str) ->
 def test_unit_patterns_by_example(pattern: str, good: list[str], bad: list[str]) -> None:
     assert [g for g in good if not re.search(pattern, g)] == []
     assert [b for b in bad if re.search(pattern, b)] == []
+
+
+# ------------------------------------------------------------ the loader never crashes
+
+
+_LEAVES = (st.none() | st.booleans() | st.integers(-10**30, 10**30)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8)
+           | st.sampled_from(["1/0", "1e999", "9" * 400 + "G", "-1", "0", "none", "25%", "8h"]))
+_VALUES = st.recursive(_LEAVES, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=8)
+_PLACES = [where for where, _ in _sections(yaml.safe_load(EXAMPLE.read_text()), S.POLICY, ())]
+
+
+@settings(max_examples=150, deadline=None)
+@given(where=st.sampled_from(_PLACES), key=st.text(max_size=12) | st.sampled_from(
+    sorted({k.name for _, sec in _sections(yaml.safe_load(EXAMPLE.read_text()), S.POLICY, ())
+            for k in sec.keys})), value=_VALUES)
+def test_any_value_anywhere_gives_issues_not_a_crash(where: tuple[Any, ...], key: str,
+                                                     value: Any) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    _at(doc, where)[key] = value
+    check = check_policy(yaml.safe_dump(doc), "f.yaml")  # must not raise
+    assert check.policy is not None or check.errors
+    for issue in check.errors:
+        assert issue.message and issue.file == "f.yaml"
