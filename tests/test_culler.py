@@ -77,10 +77,18 @@ class RecordingHub(HubClient):
     def __init__(self) -> None:
         super().__init__("http://127.0.0.1:1/hub/api", "unused")
         self.stopped: list[tuple[str, str]] = []
+        self.calls: list[tuple[str, str, Any]] = []
 
     async def stop_server(self, user: str, server: str) -> bool:
         self.stopped.append((user, server))
         return True
+
+    async def get_user(self, name: str) -> dict[str, Any] | None:
+        return {"name": name, "servers": {}}  # the stop has finished
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        self.calls.append((method, path, body))
+        return 201, None
 
 
 @pytest.fixture()
@@ -190,3 +198,29 @@ async def test_activity_after_the_warning_withdraws_it(world: Any) -> None:
     assert [e["event"] for e in events] == ["warned", "cleared"]
     assert hub.stopped == [] and gid in broker.state.grants
     assert broker.notices(grant_id=gid) == []
+
+
+async def test_cpu_action_restarts_on_the_cpu_profile_and_the_report_counts_it(
+    world: Any,
+) -> None:
+    from jupyter_gpushare.core.ledger import month_of
+    from jupyter_gpushare.report import make_report
+    from jupyter_gpushare.report.source import load_month
+
+    clock, broker, hub, culler, culls = world
+    culler.action, culler.cpu_profile = "cpu", "cpu-only"
+    gid = grant_in(broker, "alice")
+    holder = broker.state.grants[gid].request.holder
+    events = await run_until(clock, broker, culler, T0 + 3600 + 600,
+                             {gid: lambda t: (0.0, None)})
+    assert [e["event"] for e in events] == ["warned", "moved to cpu"]
+    path = f"/users/alice/servers/{holder}" if holder else "/users/alice/server"
+    assert hub.stopped == [("alice", holder)]
+    assert hub.calls == [("POST", path, {"profile": "cpu-only"})]
+    assert culls == [("shared", "cpu")] and gid not in broker.state.grants
+    # the ledger says why the grant ended: the monthly report counts it as culled
+    year, month = month_of(T0)
+    _, _, doc = make_report(load_month(broker.engine, broker.policy, year, month))
+    (row,) = [t for t in doc["teams"] if t["team"] == "a" and t["pool"] == "shared"]
+    assert row["culled"] == 1
+    assert row["measured_gpu_hours"] > 0 and row["idle_share"] == 1.0
