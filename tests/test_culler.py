@@ -224,3 +224,94 @@ async def test_cpu_action_restarts_on_the_cpu_profile_and_the_report_counts_it(
     (row,) = [t for t in doc["teams"] if t["team"] == "a" and t["pool"] == "shared"]
     assert row["culled"] == 1
     assert row["measured_gpu_hours"] > 0 and row["idle_share"] == 1.0
+
+
+# -- end to end: a real hub, a real single-user server, its server extension's heartbeats ------
+
+HUB_POLICY = """
+inventory:
+  source: simulated
+  simulated:
+    - {name: lab, pool: interactive, nodes: 1, gpus_per_node: 1, model: H200, gpu_memory: 80GiB,
+       cpu: 16, memory: 64GiB}
+pools:
+  interactive: {mode: shared}
+priority_classes:
+  interactive: {value: 500, preemptible: false, grace_period: 3s}
+teams:
+  alpha:
+    groups: [alpha]
+    quotas:
+      interactive: {guaranteed: 1/2}
+profiles:
+  - {slug: half, display_name: Half GPU, pool: interactive, gpu: {fraction: 1/2},
+     cpu: 1, memory: 1GiB}
+"""
+
+
+@pytest.mark.hub
+@pytest.mark.slow
+def test_a_real_idle_server_is_warned_then_stopped_and_its_grant_released(
+    tmp_path: Any,
+) -> None:
+    import json
+    import time
+    import urllib.request
+
+    from realhub import free_port, proxy_available, real_hub
+
+    if not proxy_available():
+        pytest.skip("configurable-http-proxy is not installed in hub_config/proxy (npm install)")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(HUB_POLICY)
+    broker_conf = tmp_path / "broker_config.py"
+    broker_conf.write_text(
+        "c.GPUCuller.windows = {'interactive': 4.0}\n"
+        "c.GPUCuller.warn_s = 6.0\nc.GPUCuller.interval_s = 1.0\nc.GPUCuller.stale_s = 30.0\n"
+    )
+    port = free_port()
+    extra = f"""
+from jupyter_gpushare.hubsetup import setup_gpushare
+setup_gpushare(c, {str(policy)!r}, spawner="simple", broker_port={port}, data_dir=HUB_TMP,
+               broker_args=["--BrokerApp.config_file={broker_conf}",
+                            "--BrokerLimits.heartbeat_min_interval_s=0"])
+c.GPUShareSpawner.policy_file = {str(policy)!r}
+c.Spawner.args = ["--allow-root", "--GPUShareServerApp.heartbeat_interval_s=1"]
+c.SimpleLocalProcessSpawner.home_dir_template = HUB_TMP + "/home/{{username}}"
+"""
+    with real_hub(tmp_path / "hub", extra_config=extra) as hub:
+        hub.create_user("alice", groups=["alpha"])
+        spawner = json.loads((hub.tmp / "gpushare_tokens.json").read_text())["spawner"]
+
+        def broker(path: str) -> Any:
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/services/gpushare/api/v1{path}",
+                headers={"Authorization": f"token {spawner}"})
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())
+
+        def running() -> bool:
+            _, model = hub.api("GET", "/users/alice")
+            return "" in (model.get("servers") or {})
+
+        status, _ = hub.api("POST", "/users/alice/server", {"profile": "half"})
+        assert status in (201, 202), hub.log_text()[-3000:]
+        deadline = time.monotonic() + 90
+        notice = None
+        while time.monotonic() < deadline and notice is None:
+            notices = broker("/notices?user=alice")["notices"]
+            notice = next((n for n in notices if n["kind"] == "idle"), None)
+            time.sleep(0.5)
+        assert notice is not None, hub.log_text()[-4000:]
+        # warned, not yet acted on: the server still runs and holds its grant
+        assert running()
+        live = [g for g in broker("/grants?user=alice")["grants"] if not g["released_at"]]
+        assert [g["id"] for g in live] == [notice["grant_id"]]
+        warned_at = time.time()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and running():
+            time.sleep(0.5)
+        assert not running(), hub.log_text()[-4000:]
+        assert time.time() - warned_at >= 6.0 - 1.5  # the warning period was respected
+        grant = broker(f"/grants/{notice['grant_id']}")
+        assert grant["released_at"] and grant["release_reason"].startswith("culled: ")

@@ -31,6 +31,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..core.culling import CullFacts, CullRule, Verdict, idle_since, verdict
 from ..core.model import Kind
+from .db import grants_table
 from .hubclient import HubClient, HubError
 from .serial import iso
 
@@ -204,39 +205,55 @@ class GPUCuller(LoggingConfigurable):
         if self.hub is None:
             log.warning("culler: no hub to stop %s/%s; grant %s kept", user, server, gid)
             return None
+        cpu = self.action == "cpu" and bool(self.cpu_profile)
         try:
             await self.hub.stop_server(user, server)
-            if self.action == "cpu" and self.cpu_profile:
-                await self._restart_cpu(user, server)
+            await self._wait_stopped(user, server)
+            if cpu:
+                await self._start(user, server, {"profile": self.cpu_profile})
         except HubError as exc:
             log.warning("culler: could not stop %s/%s: %s (will retry)", user, server, exc)
             return None
-        what = "moved to cpu" if self.action == "cpu" and self.cpu_profile else "stopped"
+        what = "moved to cpu" if cpu else "stopped"
         event = self._event(gid, what, facts.now, idle_since(facts))
         self._withdraw(gid)
-        if gid in self.broker.state.grants:  # the spawner's stop may have released it
-            self.broker.release(
-                gid, f"culled: no GPU activity for {_duration(rule.window_s)}; server {what}"
-            )
+        reason = f"culled: no GPU activity for {_duration(rule.window_s)}; server {what}"
+        if gid in self.broker.state.grants:
+            self.broker.release(gid, reason)
+        else:  # the spawner released it while the hub stopped the server: say why
+            self._relabel(gid, reason)
         if self.on_cull is not None:
             self.on_cull(grant.pool, "cpu" if what != "stopped" else "stop")
         log.info("culler: %s %s/%s, grant %s released", what, user, server, gid)
         return event
 
-    async def _restart_cpu(self, user: str, server: str, timeout_s: float = 60.0) -> None:
-        """Wait for the hub to finish stopping ``server``, then start it on the CPU profile."""
+    async def _wait_stopped(self, user: str, server: str, timeout_s: float = 60.0) -> None:
+        """Wait until the hub no longer lists ``server`` (its stop may be pending)."""
         assert self.hub is not None
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
             model = await self.hub.get_user(user)
-            spawner = ((model or {}).get("servers") or {}).get(server)
-            if not spawner:
-                break
-            await asyncio.sleep(1.0)
+            if server not in ((model or {}).get("servers") or {}):
+                return
+            await asyncio.sleep(0.5)
+
+    async def _start(self, user: str, server: str, options: dict[str, Any]) -> None:
+        """Start ``server`` again with ``options`` (the CPU-only profile)."""
+        assert self.hub is not None
         path = f"/users/{quote(user, safe='')}/server"
         if server:
             path = f"/users/{quote(user, safe='')}/servers/{quote(server, safe='')}"
-        await self.hub._call("POST", path, {"profile": self.cpu_profile})
+        await self.hub._call("POST", path, options)
+
+    def _relabel(self, gid: str, reason: str) -> None:
+        """Put the culler's reason on a grant its holder released during the stop, so the
+        ledger (and the monthly report) says it was culled."""
+        with self.broker.engine.begin() as conn:
+            conn.execute(
+                grants_table.update()
+                .where(grants_table.c.id == gid, grants_table.c.released_at.is_not(None))
+                .values(release_reason=reason)
+            )
 
     # -- the loop -----------------------------------------------------------------------------
 
