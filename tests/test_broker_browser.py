@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import requests
 from realhub import REPO, free_port, proxy_available, real_hub
+from tornado import web
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]
 
@@ -143,3 +144,18 @@ def test_no_cookie_and_no_token_is_401(hub: Any) -> None:
     r = requests.get(hub.url + "/services/gpushare/api/v1/admin/queue", timeout=30,
                      cookies={"service-gpushare": "forged"})
     assert r.status_code == 401, r.text
+
+
+def test_a_page_with_a_login_the_hub_does_not_know_logs_in_again(hub: Any) -> None:
+    # a cookie the broker signed (its secret is in the data dir) around a token the hub
+    # never issued: the API answers 403, a page sends the browser to log in again
+    secret = bytes.fromhex((hub.tmp / "gpushare_cookie_secret").read_text().strip())
+    value = web.create_signed_value(secret, "service-gpushare", "not-a-token").decode()
+    cookies = {"service-gpushare": value}
+    r = requests.get(hub.url + "/services/gpushare/api/v1/admin/queue", cookies=cookies,
+                     timeout=30)
+    assert r.status_code == 403, r.text
+    r = requests.get(hub.url + "/services/gpushare/admin/session", cookies=cookies,
+                     allow_redirects=False, timeout=30)
+    assert r.status_code == 302, r.text
+    assert "/hub/api/oauth2/authorize" in r.headers["Location"]

@@ -84,6 +84,18 @@ class PageHandler(BaseHandler):
             return None
         return super().prepare()
 
+    async def login_from_cookie(self) -> None:
+        """As for the API, except that a page opened with a login the hub no longer knows
+        (expired or revoked) logs in again instead of answering 403."""
+        try:
+            await super().login_from_cookie()
+        except BrokerError as exc:
+            if exc.status != 403 or exc.field or self.request.method not in ("GET", "HEAD"):
+                raise
+            self.clear_cookie(self.login.hub_oauth.cookie_name,  # type: ignore[union-attr]
+                              path=self.prefix)
+            self.redirect(self.get_login_url())
+
     def page(self, title: str, body_html: str, status: int = 200) -> None:
         """Answer a whole HTML page: ``body_html`` (already escaped) under ``title``."""
         self.set_status(status)
