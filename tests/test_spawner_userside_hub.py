@@ -100,6 +100,18 @@ def hub(tmp_path_factory):
             h.api("DELETE", f"/users/{user}/servers/two")
 
 
+@pytest.fixture(autouse=True)
+def no_servers_left(hub):
+    """Each test starts with no server running, even after a failed one."""
+    yield
+    for user in ("alice", "amy", "bob", "bea"):
+        for server in ("", "two"):
+            if server_model(hub, user, server) is not None:
+                path = f"/users/{user}/servers/{server}" if server else f"/users/{user}/server"
+                hub.api("DELETE", path)
+                wait_stopped(hub, user, server)
+
+
 # ------------------------------------------------------------------------------ helpers
 
 
@@ -227,6 +239,12 @@ def test_heartbeats_of_a_real_server_are_accepted_and_reach_the_team_usage(hub):
     assert usage, f"no heartbeat accepted for {g['id']}\n{log[-3000:]}"
     assert "ts must be a number" not in log
     assert [x["uuid"] for x in usage["gpus"]] == [g["gpus"][0]["uuid"]]
+    # and the team's usage carries the measured use of the pool
+    status, team = broker(hub, "GET", "/teams/alpha/usage")
+    assert status == 200, team
+    measured = team["pools"]["interactive"].get("measured") or {}
+    assert measured.get("heartbeats", 0) >= 1, team
+    assert measured.get("last_heartbeat"), team
     stop(hub, "alice")
 
 
