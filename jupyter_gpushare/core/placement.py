@@ -7,10 +7,10 @@ the same question for one node (preemption uses it to test a node with victims g
 Shared and debug pools use *gpushare packing*, a fragmentation-gradient placement
 (after FGD, USENIX ATC '23) made cheap, incremental and CPU-aware:
 
-* the fragmentation of every node against the target workload (the request shapes
-  seen so far, see :mod:`.fragmentation`) is cached per node and refreshed only for
-  nodes whose grants changed; gradients are memoised by node *signature* (GPU model,
-  CPU level, sorted free capacity per GPU), so most lookups are dictionary hits;
+* fragmentation against the target workload (the request shapes seen so far, see
+  :mod:`.fragmentation`) is memoised per node *signature* (GPU model, sorted free
+  capacity per GPU, interned when the node's grants change) and the CPU levels before
+  and after, so most lookups are dictionary hits and a new target costs nothing per node;
 * untouched nodes of one hardware kind are interchangeable, so only the first one of
   each kind is scored; used nodes sit in buckets by their largest free GPU, so a
   request skips every node whose GPUs are all too small without looking at it;
@@ -24,6 +24,8 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 * fractions with explicit memory or compute (not proportional to the fraction) are
   placed by plain best fit, which checks them exactly.
 
+* CPU-only requests find the first node with every GPU taken and room in a segment
+  tree of free CPU and RAM (:class:`_RoomTree`) instead of a pass over those nodes;
 * a shape seen again lately is answered from its short list (its best nodes last time,
   and a bound below which the list is complete) plus the nodes changed since; the
   answer is the full scan's, and the full scan runs when the list cannot prove it;
@@ -293,9 +295,7 @@ class _NodeView:
     sorted_units: tuple[int, ...] = ()
     pristine: bool = False  # nothing granted on it: interchangeable with its kind
     in_heap: bool = False
-    frag: float = 0.0
-    level: int = 0
-    sig: int = 0  # interned (model, CPU level, sorted_units): the memo key of a node state
+    sig: int = 0  # interned (model, sorted_units): with the CPU levels, a memo key of its state
     total: int = 0  # free milli over all GPUs
     inv_cpu: float = 0.0  # 1 / CPU capacity
     inv_gpu: float = 0.0  # 1 / GPU capacity in milli
@@ -329,6 +329,10 @@ class _PoolIndex:
         # GPU (``_BUCKETS`` milli wide): a GPU request skips whole buckets that are too small
         self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
         self.bucket_of: dict[int, int] = {}
+        # bucket 0 again, split: nodes with every GPU taken (by position, for CPU-only
+        # requests: the first one with room wins) and those with slivers of GPU left
+        self.full = _RoomTree(len(nodes))
+        self.slivers: dict[int, _Row] = {}
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
         self.log: list[int] = []  # positions of the nodes refreshed, in order
         self._cache: dict[tuple, _Cached] = {}
@@ -336,6 +340,9 @@ class _PoolIndex:
         self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
         self.weight = STARVATION_WEIGHT
         self.step = GRADIENT_STEP
+        # node changes a short list may fall behind by: rescoring that many costs a share
+        # of the full scan it saves, whatever the cluster's size
+        self.window = max(_WINDOW, len(nodes) // _WINDOW_SHARE)
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
         self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
@@ -356,7 +363,11 @@ class _PoolIndex:
             self.refresh(view)
 
     def retarget(self) -> None:
-        """A new target workload: drop memos and recompute every node's fragmentation."""
+        """A new target workload: a new table, and drop what was computed against the old.
+
+        Nothing per node: a node's signature does not depend on the target (its CPU levels
+        are read off its free CPU when it is scored), so this costs the same at any size.
+        """
         self.table = FragTable(self.workload.shapes)
         scale = _starvation_scale(self.workload, self.cpu_per_gpu)
         self.weight = STARVATION_WEIGHT * scale
@@ -364,21 +375,27 @@ class _PoolIndex:
         self._memo.clear()
         self._by_shape.clear()
         self._cache.clear()
-        self._sigs.clear()
-        for view in self.by_pos:
-            self._describe(view)
-            if view.pos in self.bucket_of:
-                self._file(view)
 
     def _describe(self, view: _NodeView) -> None:
-        """Level, fragmentation and signature of a node under the current target."""
-        view.level = self.table.level(view.ns.free_cpu)
-        view.frag = self.table.frag(view.model, view.level, view.sorted_units)
-        sig_key = (self.table.model_class(view.model), view.level, view.sorted_units)
-        sig = self._sigs.get(sig_key)
+        """The node's signature: its GPU model and sorted free units, interned."""
+        key = (view.model, view.sorted_units)
+        sig = self._sigs.get(key)
         if sig is None:
-            sig = self._sigs[sig_key] = len(self._sigs)
+            if len(self._sigs) >= _SIG_LIMIT:
+                self._reintern()
+            sig = self._sigs.setdefault(key, len(self._sigs))
         view.sig = sig
+
+    def _reintern(self) -> None:
+        """Too many signatures interned: start over with those of the nodes as they are."""
+        self._sigs.clear()
+        self._memo.clear()
+        self._by_shape.clear()
+        self._cache.clear()
+        for view in self.by_pos:
+            view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
+            if view.pos in self.bucket_of:
+                self._file(view)
 
     def refresh(self, view: _NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
@@ -395,10 +412,13 @@ class _PoolIndex:
             and ns.free_mem == ns.node.memory_mib
             and all(g.idle for g in ns.gpus)
         )
-        self._describe(view)
         old = self.bucket_of.pop(view.pos, None)
         if old is not None:
             del self.buckets[old][view.pos]
+            if old == 0:
+                self.full.clear(view.pos)
+                self.slivers.pop(view.pos, None)
+        self._describe(view)  # (after the node left its bucket: it may re-file the others)
         if view.pristine:
             if not view.in_heap:
                 heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
@@ -412,27 +432,33 @@ class _PoolIndex:
         top = units[-1] if units else 0
         b = min(top, UNIT) // _BUCKET
         ns = view.ns
-        self.buckets[b][view.pos] = (
+        row = self.buckets[b][view.pos] = (
             ns.free_cpu, ns.free_mem, units, view.model, view.sig, view.total,
             view.inv_cpu, view.inv_gpu, view.pos, view,
         )  # fmt: skip
         self.bucket_of[view.pos] = b
+        if b == 0:
+            if view.total:
+                self.slivers[view.pos] = row
+            else:
+                self.full.set(view.pos, ns.free_cpu, ns.free_mem)
+
+    def _cpu_rows(self, cpu: int, mem: int) -> list[_Row] | None:
+        """The rows a CPU-only request is scored against, or ``None`` for every node.
+
+        It goes to the first used node whose GPUs are all taken that has room (it costs
+        no fragmentation there, the least any node can cost), else it is scored against
+        the used nodes with at most slivers of GPU left (``_BUCKET``), and only when none
+        of those has room against every node.
+        """
+        pos = self.full.first(cpu, mem)
+        if pos is not None:
+            return [self.buckets[0][pos]]
+        low = [row for row in self.slivers.values() if row[0] >= cpu and row[1] >= mem]
+        return low or None
 
     def _rows_for(self, cpu: int, mem: int, milli: int) -> list[_Row]:
-        """The rows worth scoring for a request needing ``milli`` on its GPUs.
-
-        A CPU-only request goes to a used node whose GPUs are all taken when one has room
-        (it costs no fragmentation there, the least any node can cost), else it is scored
-        against the used nodes with at most slivers of GPU left (``_BUCKET``), and only
-        when none of those has room against every node.
-        """
-        if milli == 0:
-            low = [row for row in self.buckets[0].values() if row[0] >= cpu and row[1] >= mem]
-            full = [row for row in low if row[5] == 0]
-            if full:
-                return [min(full, key=lambda row: row[8])]
-            if low:
-                return low
+        """The rows worth scoring for a request needing ``milli`` on its GPUs."""
         rows = [self._row(v) for v in self._kind_heads()]
         for bucket in self.buckets[min(milli, UNIT) // _BUCKET :]:
             rows.extend(bucket.values())
@@ -463,13 +489,14 @@ class _PoolIndex:
         self, view: _NodeView, after_level: int, milli: int, num: int
     ) -> tuple[float, tuple[int, ...]]:
         """(fragmentation increase, free-unit values of GPUs to take), memoised."""
-        key = (view.sig, after_level, milli, num)
+        table = self.table
+        level = table.level(view.ns.free_cpu)
+        key = (view.sig, level, after_level, milli, num)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        table = self.table
         units = view.sorted_units
-        before = table.frag(view.model, view.level, units)
+        before = table.frag(view.model, level, units)
         result: tuple[float, tuple[int, ...]]
         if num == 0:
             result = (table.frag(view.model, after_level, units) - before, ())
@@ -513,22 +540,20 @@ class _PoolIndex:
         cpu, milli, num, models = shape
         mem = request.memory_mib
         if milli == 0:
-            found = self._scan(self._rows_for(cpu, mem, milli), shape, mem, None)
-            return self._candidate(found[0] if found else None)
+            low = self._cpu_rows(cpu, mem)
+            if low is not None:
+                found = self._scan(low, shape, mem, None)
+                return self._candidate(found[0] if found else None)
+            # against every node: as for a GPU shape, from a short list when one is cached
         cached = self._cache.get(shape)
         stamp = len(self.log)
-        recent = cached is not None and 0 <= stamp - cached.stamp <= _WINDOW
         if len(self._cache) >= _CACHE_SHAPES and cached is None:
             self._cache.clear()
-        if recent and cached is not None and cached.short is not None:
+        if cached is not None and 0 <= stamp - cached.stamp <= self.window:
             hit = self._from_cache(cached, shape, mem)
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
         rows = self._rows_for(cpu, mem, milli)
-        if not recent:  # a shape not seen lately: plain scan, and note it was seen
-            found = self._scan(rows, shape, mem, None)
-            self._cache[shape] = _Cached(stamp, float("inf"), None)
-            return self._candidate(found[0] if found else None)
         scored: list[_Scored] = []
         found = self._scan(rows, shape, mem, scored)
         if len(scored) > _SHORT_LIST:
@@ -556,7 +581,7 @@ class _PoolIndex:
         changing itself) are scored again. Returns ``_MISS`` when the list proves nothing.
         """
         log = self.log
-        if cached.stamp > len(log) or len(log) - cached.stamp > _WINDOW:
+        if cached.stamp > len(log) or len(log) - cached.stamp > self.window:
             return _MISS
         changed = set(log[cached.stamp :])
         heads = self._kind_heads()
@@ -569,7 +594,7 @@ class _PoolIndex:
             if b is not None and b >= low:
                 rows.append(buckets[b][pos])
         merged: list[_Scored] = [
-            e for e in cached.short or () if e[2].pos not in fresh and not e[2].pristine
+            e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
         ]
         self._scan(rows, shape, mem, merged)
         merged.sort()
@@ -595,6 +620,7 @@ class _PoolIndex:
         cpu, milli, num, models = shape
         levels = self.table.cpu_levels
         stride = len(levels) + 1
+        stride2 = stride * stride
         memo = self._by_shape.get((milli, num))
         if memo is None:
             memo = self._by_shape[(milli, num)] = {}
@@ -618,7 +644,7 @@ class _PoolIndex:
                 if models and model not in models and "|" not in model:
                     continue  # (a node of mixed models is checked GPU by GPU later)
             after = bisect_right(levels, cpu_left)
-            key = sig * stride + after
+            key = sig * stride2 + bisect_right(levels, free_cpu) * stride + after
             hit = memo.get(key)
             if hit is None:
                 hit = memo[key] = gradient(view, after, milli, num)
@@ -635,6 +661,57 @@ class _PoolIndex:
             elif rank < best_rank:
                 best_rank, best = rank, (rank, free_mem, view, hit[1])
         return [best] if best is not None else []
+
+
+class _RoomTree:
+    """Positions with free CPU and RAM: the first one with room for a request, in log time
+    when few are short of one resource but not the other.
+
+    A segment tree over the pool's node positions whose inner entries hold the most free
+    CPU and the most free RAM below them (-1: no node there).
+    """
+
+    def __init__(self, n: int) -> None:
+        size = 1
+        while size < n:
+            size *= 2
+        self.size = size
+        self.cpu = [-1] * (2 * size)
+        self.mem = [-1] * (2 * size)
+
+    def set(self, pos: int, cpu: int, mem: int) -> None:
+        cpus, mems = self.cpu, self.mem
+        i = pos + self.size
+        cpus[i], mems[i] = cpu, mem
+        i >>= 1
+        while i:
+            a, b = 2 * i, 2 * i + 1
+            c = cpus[a] if cpus[a] > cpus[b] else cpus[b]
+            m = mems[a] if mems[a] > mems[b] else mems[b]
+            if cpus[i] == c and mems[i] == m:
+                break  # nothing above changes
+            cpus[i], mems[i] = c, m
+            i >>= 1
+
+    def clear(self, pos: int) -> None:
+        if self.cpu[pos + self.size] >= 0:
+            self.set(pos, -1, -1)
+
+    def first(self, cpu: int, mem: int) -> int | None:
+        """The lowest position with at least ``cpu`` free CPU and ``mem`` free RAM."""
+        cpus, mems, size = self.cpu, self.mem, self.size
+        if cpus[1] < cpu or mems[1] < mem:
+            return None
+        stack = [1]
+        while stack:
+            i = stack.pop()
+            if cpus[i] < cpu or mems[i] < mem:
+                continue
+            if i >= size:
+                return i - size
+            stack.append(2 * i + 1)
+            stack.append(2 * i)
+        return None
 
 
 def _starvation_scale(workload: Workload, cpu_per_gpu: float) -> float:
@@ -667,10 +744,16 @@ _SHORT_LIST = 24
 """Nodes kept per cached shape."""
 
 _WINDOW = 192
-"""Node changes after which a shape's short list is dropped (rescoring would cost more)."""
+"""Node changes after which a shape's short list is dropped (rescoring would cost more),
+at least; a pool of many nodes allows one per ``_WINDOW_SHARE`` of its nodes."""
+
+_WINDOW_SHARE = 4
 
 _CACHE_SHAPES = 512
 """Shapes cached per pool (all are dropped when more arrive)."""
+
+_SIG_LIMIT = 1 << 20
+"""Interned node signatures per pool before they are all made again."""
 
 _LOG_LIMIT = 1 << 20
 """Refreshes logged before the log (and every cache keyed on it) is dropped."""
@@ -684,7 +767,7 @@ class _Cached:
 
     stamp: int
     bound: float
-    short: list[_Scored] | None  # None: the shape was seen at ``stamp``, no list made
+    short: list[_Scored]
 
 
 class _Index:

@@ -1,0 +1,100 @@
+"""The placement's indices that keep a decision's cost flat as the cluster grows.
+
+They must change no decision: each is checked against the plain answer it replaces.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_placement import grant_for, make_request, make_state, node_st, request_st
+
+import jupyter_gpushare.core.placement as placement_mod
+from jupyter_gpushare.core.placement import _RoomTree, place
+
+op_st = st.one_of(
+    st.tuples(st.just("set"), st.integers(0, 40), st.integers(0, 9), st.integers(0, 9)),
+    st.tuples(st.just("clear"), st.integers(0, 40), st.just(0), st.just(0)),
+    st.tuples(st.just("first"), st.just(0), st.integers(0, 10), st.integers(0, 10)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 41), st.lists(op_st, max_size=80))
+def test_room_tree_finds_the_first_position_with_room(n: int, ops: list) -> None:
+    tree = _RoomTree(n)
+    room: dict[int, tuple[int, int]] = {}
+    for op, pos, cpu, mem in ops:
+        pos %= n
+        if op == "set":
+            tree.set(pos, cpu, mem)
+            room[pos] = (cpu, mem)
+        elif op == "clear":
+            tree.clear(pos)
+            room.pop(pos, None)
+        else:
+            want = min((p for p, (c, m) in room.items() if c >= cpu and m >= mem), default=None)
+            assert tree.first(cpu, mem) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(node_st, min_size=2, max_size=10),
+    st.lists(request_st, min_size=1, max_size=80),
+    st.data(),
+)
+def test_decisions_do_not_depend_on_how_often_signatures_are_interned_again(
+    node_specs: list, reqs: list, data: st.DataObject
+) -> None:
+    """With a signature table that starts over every few changes, every decision is the
+    one made with the default table (through grants, releases and re-targets)."""
+    default = make_state(node_specs, 0.0)
+    tiny = make_state(node_specs, 0.0)
+    limit = placement_mod._SIG_LIMIT
+    try:
+        for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
+            request = make_request(i, kind, amount, cpu, ram, models)
+            placement_mod._SIG_LIMIT = limit
+            want = place(default, request)
+            placement_mod._SIG_LIMIT = 3
+            got = place(tiny, request)
+            assert got == want
+            if got is not None:
+                default.apply(grant_for(i, request, got))
+                tiny.apply(grant_for(i, request, got))
+            if default.grants and data.draw(st.integers(0, 3)) == 0:
+                gid = data.draw(st.sampled_from(sorted(default.grants)))
+                default.release(gid)
+                tiny.release(gid)
+    finally:
+        placement_mod._SIG_LIMIT = limit
+
+
+def test_a_cpu_only_request_takes_the_first_full_node_with_room() -> None:
+    """Nodes whose GPUs are all taken host CPU-only work at no fragmentation cost: the
+    first one (in pool order) with CPU and RAM left wins, wherever the others stand."""
+    state = make_state([(1, "T4", 8000, 16000)] * 5, 0.0)
+    for i, name in enumerate(sorted(state.nodes)):
+        # every GPU taken; CPU left: 1000, 6000, 1000, 6000, 6000 on n0..n4
+        cpu = 7000 if i in (0, 2) else 2000
+        request = make_request(100 + i, "whole", 1, cpu, 1000, ())
+        got = placement_mod.place_on_node(state.nodes[name], request)
+        assert got is not None
+        state.apply(grant_for(100 + i, request, got))
+    assert place(state, make_request(1, "cpu", 0, 4000, 1000, ())).node == "n1"
+    assert place(state, make_request(2, "cpu", 0, 500, 1000, ())).node == "n0"
+    assert place(state, make_request(3, "cpu", 0, 7000, 1000, ())) is None
+
+
+@pytest.mark.parametrize("grow", [1, 3])
+def test_retargeting_costs_nothing_per_node(grow: int) -> None:
+    """A new target workload re-describes no node (signatures do not depend on it)."""
+    state = make_state([(2, "T4", 8000, 16000)] * (10 * grow), 0.0)
+    place(state, make_request(0, "fraction", 500, 1000, 1000, ()))
+    pidx = placement_mod._index(state).pools["shared"]
+    calls = []
+    original = pidx._describe
+    pidx._describe = lambda view: (calls.append(view), original(view))  # type: ignore[method-assign]
+    pidx.retarget()
+    assert calls == []
