@@ -77,7 +77,7 @@ def run(standby: bool, kills: int) -> list[float]:
             time.sleep(0.05)
         pid = broker_pid(tmp)
         for _ in range(kills):
-            time.sleep(1.5 if standby else 0.5)  # let the next standby finish importing
+            time.sleep(5.0)  # a crash long after the last one: the standby is ready
             os.kill(pid, signal.SIGKILL)
             t0 = time.monotonic()
             new = broker_pid(tmp, not_pid=pid)

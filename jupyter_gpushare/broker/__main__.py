@@ -1,11 +1,26 @@
+import gc
 import os
 import sys
 
 from .app import main
 
+
+def _warm_up() -> None:
+    """What a standby can do before it is needed: import what the start imports lazily,
+    and move everything imported out of the garbage collector's way."""
+    import sqlalchemy.dialects.sqlite  # noqa: F401
+
+    from .. import discovery, policy  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+
+
 if __name__ == "__main__":
     # a warm standby of broker/supervisor.py has everything imported and starts when told
     # (one byte on stdin); it leaves when the supervisor goes away (end of file)
-    if os.environ.pop("GPUSHARE_STANDBY", None) and not sys.stdin.buffer.read(1):
-        sys.exit(0)
+    if os.environ.pop("GPUSHARE_STANDBY", None):
+        _warm_up()
+        if not sys.stdin.buffer.read(1):
+            sys.exit(0)
     main()
