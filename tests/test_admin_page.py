@@ -88,7 +88,11 @@ def test_admin_sees_gpus_to_scale_teams_queue_and_drains_a_node(hub: Any) -> Non
     with browser() as b:
         page = b.new_page()
         login(page, hub, "ada")
-        page.goto(hub.url + ADMIN)
+        # the hub's Services menu links to the service, whose root leads to the admin page
+        page.goto(hub.url + "/hub/home")
+        link = page.locator('a[href$="/services/gpushare/"]')
+        assert link.count() >= 1, page.content()[:3000]
+        page.goto(link.first.evaluate("a => a.href"))
         page.wait_for_selector("#gpushare-admin[data-loaded]", timeout=30000)
         assert page.url.endswith(ADMIN)
         # every GPU of the inventory is drawn
@@ -166,3 +170,9 @@ def test_without_login_the_page_sends_the_browser_to_the_hub(hub: Any) -> None:
     assert r.status_code == 302 and "/hub/api/oauth2/authorize" in r.headers["Location"]
     r = requests.get(hub.url + "/services/gpushare/api/v1/admin/overview", timeout=30)
     assert r.status_code == 401
+    # the service's root still answers programs with its health; browsers go to the page
+    r = requests.get(hub.url + "/services/gpushare/", timeout=30)
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    r = requests.get(hub.url + "/services/gpushare/", headers={"Accept": "text/html"},
+                     allow_redirects=False, timeout=30)
+    assert r.status_code == 302 and r.headers["Location"].endswith(ADMIN)

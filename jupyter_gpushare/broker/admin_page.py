@@ -24,7 +24,7 @@ from sqlalchemy import Engine, select
 
 from ..core.model import from_milli
 from .db import grants_table, requests_table
-from .handlers import BaseHandler, Context
+from .handlers import BaseHandler, Context, HealthHandler
 from .pages import PageHandler, admin_page
 from .serial import iso
 
@@ -204,18 +204,23 @@ class AdminPage(PageHandler):
         self.page("GPU sharing: admin", body)
 
 
-class RootPage(PageHandler):
-    """``<prefix>``: where the hub's Services menu points; admins go to the admin page."""
+class RootPage(HealthHandler):
+    """``<prefix>``: where the hub's Services menu points. A browser (``Accept: text/html``)
+    is sent to the admin page (which logs it in, or says 403); anything else gets the health
+    answer the root always gave."""
 
-    @admin_page
     def get(self) -> None:
-        self.redirect(self.prefix + "admin/")
+        if "text/html" in self.request.headers.get("Accept", "") and self.login is not None:
+            self.redirect(self.login.base_url + "admin/")
+            return
+        super().get()
 
 
 def admin_routes(
     base_url: str, ctx: Context, culler: GPUCuller | None, policy_version: str = ""
 ) -> list[tuple[str, type, dict[str, Any]]]:
-    """The admin page and its data (the page only when browser login is on)."""
+    """The admin page and its data (the page only when browser login is on). Put these
+    before the API's routes: the service's root is answered here."""
     prefix = base_url if base_url.endswith("/") else base_url + "/"
     api = {"ctx": ctx, "culler": culler, "policy_version": policy_version}
     table: list[tuple[str, type, dict[str, Any]]] = [
@@ -224,7 +229,7 @@ def admin_routes(
     if ctx.login is not None:
         table += [
             (prefix + "admin/?", AdminPage, {"ctx": ctx}),
-            (prefix, RootPage, {"ctx": ctx}),
+            (prefix + "?", RootPage, {"ctx": ctx}),
         ]
     return table
 

@@ -290,9 +290,9 @@ class BrokerApp(Application):
             )
         self.ctx.login = self.login
         self.web_app = web.Application(
-            routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx)
-            + admin_routes(self.base_url, self.ctx, self.culler,
-                           policy_version_of(self.policy_file) if self.policy_file else ""),
+            admin_routes(self.base_url, self.ctx, self.culler,
+                         policy_version_of(self.policy_file) if self.policy_file else "")
+            + routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
             log_function=self._log_request,
             cookie_secret=self._cookie_secret() if self.login is not None else None,
         )
