@@ -315,3 +315,13 @@ c.SimpleLocalProcessSpawner.home_dir_template = HUB_TMP + "/home/{{username}}"
         assert time.time() - warned_at >= 6.0 - 1.5  # the warning period was respected
         grant = broker(f"/grants/{notice['grant_id']}")
         assert grant["released_at"] and grant["release_reason"].startswith("culled: ")
+
+
+def test_the_server_extension_words_an_idle_warning_as_such() -> None:
+    from jupyter_gpushare.serverextension.service import notice_text
+
+    idle = notice_text({"kind": "idle", "reason": "no GPU activity for 2 h",
+                        "deadline_ts": T0, "seconds_left": 600})
+    assert idle.startswith("IDLE GPU:") and "no GPU activity for 2 h" in idle
+    assert "PREEMPTION" not in idle and "in 600 s" in idle
+    assert notice_text({"kind": "preemption", "deadline_ts": T0}).startswith("PREEMPTION:")

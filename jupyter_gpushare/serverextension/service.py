@@ -648,6 +648,12 @@ def notice_text(notice: dict[str, Any]) -> str:
         when = f" at {clock}"
         if isinstance(left, (int, float)):
             when += f" (in {max(0, round(left))} s)"
+    if notice.get("kind") == "idle":  # the broker's GPU idle culler
+        why = notice.get("reason") or "no GPU activity"
+        return (
+            f"IDLE GPU: this server's GPU share has shown no GPU activity ({why}). "
+            f"The server will be stopped{when} unless a kernel uses the GPU: save your work."
+        )
     why = notice.get("reason") or "the owning team needs its GPU share back"
     return (
         f"PREEMPTION: this server's GPU share is borrowed and is being reclaimed ({why}). "

@@ -97,6 +97,13 @@ export function noticeText(n: INotice, deadline: number): string {
   const when =
     left > 0 ? `in ${countdown(left)} (at ${new Date(deadline).toLocaleTimeString()})` : 'now';
   const why = n.reason ? ` Reason: ${n.reason}.` : '';
+  if (n.kind === 'idle') {
+    // the broker's GPU idle culler: no GPU activity for the pool's window
+    return (
+      `GPU idle: ${what} will be stopped ${when} and its GPU share released.${why} ` +
+      'Run GPU work in a kernel before then to keep it; your files are kept.'
+    );
+  }
   return (
     `GPU preemption: ${what} will be stopped ${when}.${why} ` +
     'Save your notebooks now and write a checkpoint; your files are kept. ' +
