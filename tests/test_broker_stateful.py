@@ -6,13 +6,14 @@ The stand-in hub is the truth about which servers run: the machine starts a serv
 when the spawner's request is granted (at once, or after a preemption), stops it when the
 spawner stops it, and removes it without telling the broker when it "crashes"; the broker
 stops victims of a preemption through it, as through a real hub. Users also misbehave with
-their own and their servers' tokens: more requests for a server that runs, releasing the
-grant of a server that keeps running, requests for servers that never start, another
-user's grant. After every step:
+their own and their servers' tokens (``GreedyMachine``): more requests for a server that
+runs, releasing the grant of a server that keeps running, batch grants for jobs that do not
+exist, requests for servers that never start, another user's grant. After every step:
 
 * no HTTP answer is a 5xx;
 * every running server holds exactly one live grant (the spawner's);
-* a reconcile releases every interactive grant whose server did not run when it began;
+* a reconcile releases every interactive grant whose server did not run when it began
+  (and, where no job runs, every batch grant);
 * no GPU, node, team (guarantee + borrow limit) or user (per-user cap) is over its limit,
   recounted from the live grants (``test_core_invariants.recount``);
 and at the end the database holds exactly the in-memory live grants.
@@ -134,6 +135,7 @@ class BrokerMachine(RuleBasedStateMachine):
         self.spawned: dict[tuple[str, str], str] = {}  # (user, server) -> grant id
         self.dead: dict[tuple[str, str], str] = {}  # crashed, the hub has not noticed yet
         self.log: list[str] = []
+        self.no_jobs = False  # True: no batch job runs, so no batch grant may outlive a reconcile
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -260,8 +262,9 @@ class BrokerMachine(RuleBasedStateMachine):
         async def orphans() -> set[str]:
             running = self.running()
             return {g.id for g in self.app.broker.state.grants.values()
-                    if g.request.kind is Kind.INTERACTIVE
-                    and (g.user, g.request.holder) not in running}
+                    if (g.request.kind is Kind.INTERACTIVE
+                        and (g.user, g.request.holder) not in running)
+                    or (g.request.kind is Kind.BATCH and self.no_jobs)}
 
         stale = self.loop.run(orphans())
         status, ans = self.api("POST", "/admin/reconcile", self.admin)
@@ -360,16 +363,26 @@ class BrokerMachine(RuleBasedStateMachine):
 
 class GreedyMachine(BrokerMachine):
     """Also: users who ask for more grants for a server that runs, or release the grant of
-    a server that keeps running (issue 8, items 4 and 5).
+    a server that keeps running, and batch grants for jobs that do not exist (issue 8,
+    items 4 and 5): refused, or undone (the server stopped, the grant reconciled away)."""
 
-    On a broker without those two fixes this machine fails within a few steps (two live
-    grants for one running server); it is collected as ``TestGreedyMachine`` once they are
-    on main.
-    """
+    def __init__(self) -> None:
+        super().__init__()
+        self.no_jobs = True
 
     def actions(self) -> list[str]:
         more = ["ask_again_for_a_running_server", "release_a_running_servers_grant"]
-        return super().actions() + (more if self.spawned else [])
+        return super().actions() + (more if self.spawned else []) + ["ask_for_a_batch_grant"]
+
+    def ask_for_a_batch_grant(self, data: st.DataObject) -> None:
+        """A batch grant for a job that does not exist, asked with a user's token."""
+        user = data.draw(st.sampled_from(sorted(USERS)), label="user")
+        profile = data.draw(st.sampled_from(PROFILES), label="profile")
+        self.serial += 1
+        status, ans = self.api("POST", "/requests", self.tok[user], {
+            "profile": profile, "kind": "batch", "server": f"job{self.serial}",
+            "checkpointing": True})
+        assert status in (201, 403, 409), (status, ans)
 
     def ask_again_for_a_running_server(self, data: st.DataObject) -> None:
         """More grants for a server that runs, with its own token or its user's."""
@@ -397,3 +410,7 @@ BrokerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestBrokerMachine = BrokerMachine.TestCase
+
+
+GreedyMachine.TestCase.settings = settings(BrokerMachine.TestCase.settings, max_examples=20)
+TestGreedyMachine = GreedyMachine.TestCase
