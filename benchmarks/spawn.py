@@ -15,16 +15,21 @@
 2. 50 concurrent spawns across 5 teams on the gpushare hub (a debug pool: granted or refused
    at once). Afterwards: no GPU holds more memory or compute than it has, no team holds more
    than guarantee + borrow limit, and every running server holds exactly one live grant.
+3. ``kill -9`` of ``--kill`` of those servers at once: seconds until the broker shows each
+   grant released (target <= 10 s); ``--kill-baseline`` repeats it on a hub with the hub's
+   own poll only (``gpu_poll_interval = 0``, JupyterHub's 30 s ``poll_interval``).
 
     .venv/bin/python benchmarks/spawn.py [--rounds 30] [--warmup 2] [--seed 1]
-        [--concurrent 50] [--json out.json]
+        [--concurrent 50] [--kill 5] [--kill-baseline] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -280,7 +285,39 @@ def broker_get(hub: RealHub, broker_port: int, path: str) -> dict:
         return json.loads(resp.read())
 
 
-def concurrent(hub: RealHub, broker_port: int, policy_file: Path, n: int) -> dict:
+def kill_and_time(hub: RealHub, broker_port: int, users: list[str], limit: float = 90) -> dict:
+    """``kill -9`` each user's server (its pid from the hub's spawner state) at once and time
+    until the broker shows its grant released."""
+    pids: dict[str, int] = {}
+    for u in users:
+        _, model = hub.api("GET", f"/users/{u}")
+        pids[u] = int(model["servers"][""]["state"]["pid"])
+    live = {g["user"]: g["id"] for g in broker_get(hub, broker_port, "/grants")["grants"]
+            if not g.get("released_at") and g["user"] in pids}
+    t0 = time.perf_counter()
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    took: dict[str, float] = {}
+    while len(took) < len(live) and time.perf_counter() - t0 < limit:
+        now = time.perf_counter() - t0
+        still = {g["id"] for g in broker_get(hub, broker_port, "/grants")["grants"]
+                 if not g.get("released_at")}
+        for u, gid in live.items():
+            if u not in took and gid not in still:
+                took[u] = now
+        time.sleep(0.1)
+    times = sorted(took.values())
+    return {
+        "servers": len(live),
+        "released": len(took),
+        "median_s": round(statistics.median(times), 2) if times else None,
+        "max_s": round(max(times), 2) if times else None,
+    }
+
+
+def concurrent(
+    hub: RealHub, broker_port: int, policy_file: Path, n: int, kill: int = 0
+) -> dict:
     from jupyter_gpushare.policy import load_policy
 
     policy = load_policy(policy_file)
@@ -321,9 +358,11 @@ def concurrent(hub: RealHub, broker_port: int, policy_file: Path, n: int) -> dic
         if units * 1000 > q.guaranteed_milli + q.borrow_limit_milli + 1e-6:  # type: ignore[union-attr]
             over_team.append((team, pool, units))
     holders = sorted(g["user"] for g in grants)
+    killed = kill_and_time(hub, broker_port, sorted(ready)[:kill]) if kill else {}
     for u in ready:
         hub.api("DELETE", f"/users/{u}/server")
     return {
+        "killed": killed,
         "spawns": n,
         "teams": len(TEAMS),
         "ready": len(ready),
@@ -348,6 +387,10 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2, help="A/B pairs run first, not counted")
     ap.add_argument("--seed", type=int, default=1, help="order of each pair, bootstrap")
     ap.add_argument("--concurrent", type=int, default=50)
+    ap.add_argument("--kill", type=int, default=5,
+                    help="kill -9 this many of the concurrent servers; time their grants' release")
+    ap.add_argument("--kill-baseline", action="store_true",
+                    help="also kill as many on a hub with the old poll (gpu_poll_interval = 0)")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
     out: dict = {}
@@ -390,9 +433,19 @@ def main() -> int:
         hub = start_hub(tmp / "concurrent",
                         gpushare_config(policy, bport2, [sys.executable, str(tiny)]))
         try:
-            out["concurrent"] = concurrent(hub, bport2, policy, args.concurrent)
+            out["concurrent"] = concurrent(hub, bport2, policy, args.concurrent, args.kill)
         finally:
             hub.stop()
+        if args.kill and args.kill_baseline:
+            bport3 = free_port()
+            old = start_hub(tmp / "oldpoll", gpushare_config(
+                policy, bport3, [sys.executable, str(tiny)])
+                + "c.GPUShareSpawner.gpu_poll_interval = 0\n")
+            try:
+                out["killed_baseline"] = concurrent(
+                    old, bport3, policy, args.kill, args.kill)["killed"]
+            finally:
+                old.stop()
         con = out["concurrent"]
         print(f"{con['spawns']} concurrent spawns across {con['teams']} teams in "
               f"{con['wall_s']} s: {con['ready']} ready, {con['refused']} refused "
@@ -401,9 +454,18 @@ def main() -> int:
               f"{len(con['teams_over_quota'])}, servers without exactly one grant: "
               f"{len(con['servers_without_exactly_one_grant'])}; "
               f"fullest GPU {con['max_gpu_memory_used_pct']} % of its memory")
+        k = con.get("killed") or {}
+        if k:
+            base = out.get("killed_baseline")
+            print(f"kill -9 of {k['servers']} servers at once: {k['released']} grants released, "
+                  f"median {k['median_s']} s, max {k['max_s']} s after the kill (target <= 10 s)"
+                  + (f"; hub's own poll (baseline, same run): median {base['median_s']} s, "
+                     f"max {base['max_s']} s" if base else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
-    ok = (lat["paired_ratio_median"] <= 1.05 and not con["gpus_over_allocated"]
+    killed_ok = not con.get("killed") or (
+        con["killed"]["released"] == con["killed"]["servers"] and con["killed"]["max_s"] <= 10)
+    ok = (killed_ok and lat["paired_ratio_median"] <= 1.05 and not con["gpus_over_allocated"]
           and not con["teams_over_quota"] and not con["servers_without_exactly_one_grant"])
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
