@@ -161,28 +161,30 @@ class AdminOverviewHandler(BaseHandler):
     """``GET api/v1/admin/overview``: what the admin page draws (admins only)."""
 
     culler: GPUCuller | None = None
-    policy_version: str = ""
+    policy_file: str = ""
 
     def initialize(  # type: ignore[override]
-        self, ctx: Context, culler: GPUCuller | None = None, policy_version: str = ""
+        self, ctx: Context, culler: GPUCuller | None = None, policy_file: str = ""
     ) -> None:
         super().initialize(ctx)
         self.culler = culler
-        self.policy_version = policy_version
+        self.policy_file = policy_file
 
     async def get(self) -> None:
         self.require(self.identity.admin, "admin only")
         broker = self.ctx.broker
         data = live_overview(broker, self.culler)
         ids = [q["request_id"] for q in data["queue"]]
-        events = await asyncio.get_running_loop().run_in_executor(
-            None, recent_events, broker.engine, ids
-        )
+        loop = asyncio.get_running_loop()
+        events = await loop.run_in_executor(None, recent_events, broker.engine, ids)
         reasons = events.pop("reasons")
         for q in data["queue"]:
             q["reason"], q["code"] = reasons.get(q["request_id"], ("", ""))
         data.update(events)
-        data["policy_version"] = getattr(broker, "policy_version", "") or self.policy_version
+        version = getattr(broker, "policy_version", "")  # the broker's own, where it has one
+        if not version and self.policy_file:  # else the file's hash, read off the loop
+            version = await loop.run_in_executor(None, policy_version_of, self.policy_file)
+        data["policy_version"] = version
         self.send(data)
 
 
@@ -217,12 +219,12 @@ class RootPage(HealthHandler):
 
 
 def admin_routes(
-    base_url: str, ctx: Context, culler: GPUCuller | None, policy_version: str = ""
+    base_url: str, ctx: Context, culler: GPUCuller | None, policy_file: str = ""
 ) -> list[tuple[str, type, dict[str, Any]]]:
     """The admin page and its data (the page only when browser login is on). Put these
     before the API's routes: the service's root is answered here."""
     prefix = base_url if base_url.endswith("/") else base_url + "/"
-    api = {"ctx": ctx, "culler": culler, "policy_version": policy_version}
+    api = {"ctx": ctx, "culler": culler, "policy_file": policy_file}
     table: list[tuple[str, type, dict[str, Any]]] = [
         (prefix + "api/v1/admin/overview", AdminOverviewHandler, api),
     ]

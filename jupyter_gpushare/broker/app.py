@@ -30,7 +30,7 @@ from traitlets import Bool, Float, Integer, Type, Unicode, default
 from traitlets.config import Application
 
 from ..core.model import Policy
-from .admin_page import admin_routes, policy_version_of
+from .admin_page import admin_routes
 from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
 from .culler import GPUCuller
 from .db import make_engine
@@ -290,8 +290,7 @@ class BrokerApp(Application):
             )
         self.ctx.login = self.login
         self.web_app = web.Application(
-            admin_routes(self.base_url, self.ctx, self.culler,
-                         policy_version_of(self.policy_file) if self.policy_file else "")
+            admin_routes(self.base_url, self.ctx, self.culler, self.policy_file)
             + routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
             log_function=self._log_request,
             cookie_secret=self._cookie_secret() if self.login is not None else None,
