@@ -82,3 +82,12 @@ def counting(steps: int = 20, delay: float = 0.5) -> dict[str, Any]:
             "print('resumed from', start, 'finished', done)"
         ),
     )
+
+
+def stubborn(seconds: float = 120) -> dict[str, Any]:
+    """Ignores SIGTERM (a job that does not stop when told): only SIGKILL ends it."""
+    return notebook(
+        _cell(f"seconds = {seconds}", ["parameters"]),
+        _cell("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "print('ignoring SIGTERM', flush=True)\ntime.sleep(seconds)"),
+    )

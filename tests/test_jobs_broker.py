@@ -258,3 +258,38 @@ async def test_reconcile_releases_batch_grants_without_a_job(app: Any) -> None:
     result = await reconcile(app.broker, app.checker, 0)
     assert [r["server"] for r in result["released"]] == ["job-made-up"]
     assert not app.broker.state.grants
+
+
+async def test_a_job_that_ignores_sigterm_is_killed_at_the_deadline(app: Any) -> None:
+    """Preemption: SIGTERM, the grace period (3 s for research here), then SIGKILL and a
+    requeue; cancel: SIGTERM, the cancel grace (2 s), then SIGKILL."""
+    s1, own = await submit(app, "tok-bob", nbs.sleeping(120))
+    await wait_state(app, "tok-bob", own["id"], {"running"})
+    s2, borrowed = await submit(app, "tok-bob", nbs.stubborn())
+    assert (s1, s2) == (201, 201) and borrowed["borrowed"] is True
+    await wait_state(app, "tok-bob", borrowed["id"], {"running"})
+    log_of = app.jobs.backend.read_log
+    deadline = time.monotonic() + 60
+    while b"ignoring SIGTERM" not in log_of(borrowed["id"])[0]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.2)
+    t0 = time.monotonic()
+    status, reclaim = await submit(app, "tok-alice", nbs.sleeping(1))
+    assert status == 201
+    requeued = await wait_state(app, "tok-bob", borrowed["id"], {"queued"}, timeout=30)
+    assert time.monotonic() - t0 >= 2.5  # not before the grace period ran out
+    assert requeued["attempt"] == 2
+    _, events = await call(app, "GET", f"/jobs/{borrowed['id']}/events", "tok-bob")
+    assert [e["to"] for e in events["events"]][-3:] == ["running", "preempted", "queued"]
+    await call(app, "DELETE", f"/jobs/{own['id']}", "tok-bob")
+    gone = await wait_state(app, "tok-bob", own["id"], {"cancelled", "failed"}, timeout=30)
+    assert gone["state"] == "cancelled"
+    await wait_state(app, "tok-alice", reclaim["id"], {"succeeded", "failed"})
+    again = await wait_state(app, "tok-bob", borrowed["id"], {"running"}, timeout=60)
+    while b"ignoring SIGTERM" not in log_of(borrowed["id"])[0].split(b"attempt 2")[-1]:
+        await asyncio.sleep(0.2)
+    t1 = time.monotonic()
+    await call(app, "DELETE", f"/jobs/{again['id']}", "tok-bob")
+    done = await wait_state(app, "tok-bob", borrowed["id"], {"cancelled", "failed"}, timeout=30)
+    assert done["state"] == "cancelled" and time.monotonic() - t1 >= 1.5  # after the grace
+    assert not app.broker.state.grants

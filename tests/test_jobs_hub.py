@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -241,3 +242,42 @@ def test_command_line_submit_list_log_cancel(env: Env) -> None:
     assert env.wait(long_id, {"cancelled", "failed", "succeeded"})["state"] == "cancelled"
     res = run("submit", str(nb), "--profile", "nlp-1gpu", "--max-runtime", "1m")
     assert res.returncode == 1 and "field profile" in res.stderr
+
+
+def test_kill_9_of_the_broker_under_the_hub_loses_and_repeats_nothing(env: Env) -> None:
+    """Two jobs run and one queues; the hub's broker is killed with SIGKILL; the broker that
+    takes over reattaches both runs (attempt 1, one runner each) and the queued job runs."""
+    body = {"profile": "job-1gpu", "max_runtime": 300, "checkpoint": True}
+    ids = []
+    for _ in range(2):
+        status, job = http(env.server("/jobs"), env.alice, "POST",
+                           dict(body, path="work/count.ipynb"))
+        assert status == 201, job
+        ids.append(job["id"])
+    status, queued = http(env.server("/jobs"), env.alice, "POST",
+                          dict(body, path="work/demo.ipynb"))
+    assert status == 201 and queued["state"] == "queued", queued
+    for job_id in ids:
+        env.wait(job_id, {"running"})
+    pid_file = env.tmp / "gpushare-broker.pid"
+    old_pid = int(json.loads(pid_file.read_text())["pid"])
+    os.kill(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:  # the supervisor's standby takes over
+        try:
+            new_pid = int(json.loads(pid_file.read_text())["pid"])
+            if new_pid != old_pid and http(env.broker + "/health", "x")[0] == 200:
+                break
+        except (OSError, ValueError):
+            pass
+        assert time.monotonic() < deadline, env.hub.log_text()[-3000:]
+        time.sleep(0.3)
+    for job_id in [*ids, queued["id"]]:
+        done = env.wait(job_id, {"succeeded", "failed", "cancelled"})
+        assert done["state"] == "succeeded" and done["attempt"] == 1, done
+    jobs_dir = env.tmp / "gpushare-jobs"
+    for job_id in ids:
+        assert [p.name for p in (jobs_dir / job_id).glob("attempt-*")] == ["attempt-1"]
+        assert (jobs_dir / job_id / "checkpoint" / "attempts.txt").read_text() == "1 0\n"
+        _, events = http(f"{env.broker}/jobs/{job_id}/events", env.alice)
+        assert any("reattached" in e["reason"] for e in events["events"]), events
