@@ -162,6 +162,10 @@ async def test_refusals_name_the_field_and_store_nothing(app: Any) -> None:
         (dict(path="/etc/passwd.ipynb"), "tok-bob", 400, "path"),
         (dict(team="vision"), "tok-bob", 403, "team"),
         (dict(checkpoint="yes"), "tok-bob", 400, "checkpoint"),
+        # an explicit GPU ask: only where the policy allows one (admins here)
+        (dict(profile=None, pool="train", gpu={"count": 1}, priority="research"), "tok-bob",
+         403, "profile"),
+        (dict(profile=None, pool="nowhere", gpu={"count": 1}), "tok-bob", 400, "pool"),
     ]
     for extra, token, code, field in cases:
         body: dict[str, Any] = {"notebook": nbs.simple(), "profile": "job-1gpu",
@@ -175,6 +179,11 @@ async def test_refusals_name_the_field_and_store_nothing(app: Any) -> None:
     status, ok = await submit(app, "tok-bob", nbs.simple(), max_runtime=None, checkpoint=True)
     assert status == 201 and ok["max_runtime"] == 3600
     await call(app, "DELETE", f"/jobs/{ok['id']}", "tok-bob")
+    status, explicit = await call(app, "POST", "/jobs", "tok-admin", {
+        "notebook": nbs.simple(), "pool": "train", "gpu": {"count": 1}, "priority": "research",
+        "team": "nlp", "max_runtime": 60})
+    assert status == 201 and explicit["team"] == "nlp" and explicit["profile"] == "", explicit
+    await call(app, "DELETE", f"/jobs/{explicit['id']}", "tok-admin")
 
 
 async def test_debug_pool_refuses_instead_of_queueing(app: Any) -> None:

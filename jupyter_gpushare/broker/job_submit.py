@@ -25,7 +25,7 @@ from ..core.jobs import (
     validate_parameters,
     validate_runtime,
 )
-from ..core.model import Kind, Request
+from ..core.model import Kind, Profile, Request
 from .errors import BrokerError
 from .ids import new_id
 from .jobs import Job
@@ -73,26 +73,45 @@ def build_job(
         raise _field("notebook", f"the request is too large (at most "
                      f"{limits.max_notebook_bytes} bytes of notebook)", 413)
     slug = _opt_str(body, "profile")
-    if not slug:
+    explicit_pool: str | None = None
+    if slug:
+        profile = policy.profile(slug)
+        if profile is None:
+            raise _field("profile", f"unknown profile {slug!r}")
+        if profile.gpu.is_empty or not profile.pool:
+            raise _field("profile", f"profile {slug} has no GPU: batch jobs run under a GPU grant")
+        priority = _opt_str(body, "priority") or profile.priority
+    elif body.get("gpu") is not None or body.get("pool") is not None:
+        # an explicit GPU ask, where the policy allows one (rules.check_request says)
+        from .handlers import _gpu_ask
+
+        explicit_pool = _opt_str(body, "pool")
+        if not explicit_pool or policy.pool(explicit_pool) is None:
+            raise _field("pool", f"unknown pool {explicit_pool!r}")
+        gpu = _gpu_ask(body.get("gpu"))
+        if gpu.is_empty:
+            raise _field("gpu", "an explicit ask needs gpu.count or gpu.fraction")
+        priority = _opt_str(body, "priority") or ""
+        if not priority:
+            raise _field("priority", "an explicit GPU ask needs a priority class")
+        profile = Profile(slug="", display_name="explicit", pool=explicit_pool, gpu=gpu,
+                          priority=priority, cpu_milli=0, memory_mib=0)
+    else:
         raise _field("profile", "profile is required (a profile slug)")
-    profile = policy.profile(slug)
-    if profile is None:
-        raise _field("profile", f"unknown profile {slug!r}")
-    if profile.gpu.is_empty or not profile.pool:
-        raise _field("profile", f"profile {slug} has no GPU: batch jobs run under a GPU grant")
-    priority = _opt_str(body, "priority") or profile.priority
+    rules_profile = profile if explicit_pool is None else None
+    what = f"profile {slug}" if slug else f"explicit GPU asks in pool {explicit_pool}"
     team = _opt_str(body, "team")
     if team is None:
         team, refusal = rules.choose_team(
-            policy, user_teams=user_teams, profile=profile, explicit_pool=None,
+            policy, user_teams=user_teams, profile=rules_profile, explicit_pool=explicit_pool,
             priority=priority, is_admin=is_admin,
         )
         if team is None and refusal is None:
-            raise BrokerError(403, f"{user} is in no team that may use profile {slug}", "profile")
+            raise BrokerError(403, f"{user} is in no team that may use {what}", "profile")
     else:
         refusal = rules.check_request(
-            policy, user_teams=user_teams, team=team, profile=profile, explicit_pool=None,
-            priority=priority, is_admin=is_admin,
+            policy, user_teams=user_teams, team=team, profile=rules_profile,
+            explicit_pool=explicit_pool, priority=priority, is_admin=is_admin,
         )
     if refusal is not None:
         field = "profile" if refusal.code == rules.PROFILE_NOT_FOR_TEAM else refusal.field
