@@ -92,6 +92,7 @@ async def bench_submit(submits: int, starts: int) -> None:
     app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp}/b.sqlite", tokens)
     app.jobs.user_root_template = str(tmp / "home" / "{username}")
     app.jobs.max_queued_per_user = 10**6
+    app.broker.limits.max_queued_per_user = app.broker.limits.max_queued_per_team = 10**6
     nb = nbs.sleeping(600)
     body = {"notebook": nb, "profile": "job-1gpu", "max_runtime": 300}
     # jobs that start: one GPU free each time (alice's guarantee), cancelled once running
@@ -261,6 +262,7 @@ async def bench_drain(total: int) -> None:
     app.jobs.backend = sim
     app.jobs.poll_interval_s = 0.02
     app.jobs.max_queued_per_user = 10**6
+    app.broker.limits.max_queued_per_user = app.broker.limits.max_queued_per_team = 10**6
     app.jobs.user_root_template = str(tmp / "{username}")
     broker = app.broker
     limits = {t.name: 8 * UNIT for t in broker.policy.teams}

@@ -41,6 +41,11 @@ class _JobsBase(BaseHandler):
 
 class JobsHandler(_JobsBase):
     async def post(self) -> None:
+        limits = self.jobs.limits
+        size = len(self.request.body or b"")
+        if size > limits.max_notebook_bytes + limits.max_parameters_bytes + 65536:
+            raise BrokerError(413, f"the request is too large (at most "
+                              f"{limits.max_notebook_bytes} bytes of notebook)", "notebook")
         body = _json_body(self)
         ident = self.identity
         user = body.get("user") if ident.act_as else None

@@ -83,14 +83,12 @@ def build_job(
         priority = _opt_str(body, "priority") or profile.priority
     elif body.get("gpu") is not None or body.get("pool") is not None:
         # an explicit GPU ask, where the policy allows one (rules.check_request says)
-        from .handlers import _gpu_ask
+        from .fields import Fields
 
         explicit_pool = _opt_str(body, "pool")
         if not explicit_pool or policy.pool(explicit_pool) is None:
             raise _field("pool", f"unknown pool {explicit_pool!r}")
-        gpu = _gpu_ask(body.get("gpu"))
-        if gpu.is_empty:
-            raise _field("gpu", "an explicit ask needs gpu.count or gpu.fraction")
+        gpu = Fields(manager.broker.limits).gpu_ask(body.get("gpu"))
         priority = _opt_str(body, "priority") or ""
         if not priority:
             raise _field("priority", "an explicit GPU ask needs a priority class")
