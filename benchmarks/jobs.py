@@ -260,7 +260,7 @@ async def bench_drain(total: int) -> None:
     app = await start_broker(drain_policy(), f"sqlite:///{tmp}/b.sqlite", static_tokens(users))
     sim = SimBackend()
     app.jobs.backend = sim
-    app.jobs.poll_interval_s = 0.02
+    app.jobs.poll_interval_s = 0.25  # the default
     app.jobs.max_queued_per_user = 10**6
     app.broker.limits.max_queued_per_user = app.broker.limits.max_queued_per_team = 10**6
     app.jobs.user_root_template = str(tmp / "{username}")
