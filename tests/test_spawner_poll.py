@@ -10,7 +10,6 @@ import pytest
 from jupyterhub.spawner import Spawner
 
 from jupyter_gpushare.broker.client import BrokerError, GrantInfo
-from jupyter_gpushare.spawner import mixin
 from jupyter_gpushare.spawner.mixin import GPUShareSpawner
 
 
@@ -57,10 +56,10 @@ def spawner(broker: Broker) -> Spawn:
     return s
 
 
-async def test_grant_check_is_retried_until_the_broker_answers(monkeypatch) -> None:
-    monkeypatch.setattr(mixin, "CHECK_RETRY_S", 0.0)
+async def test_grant_check_is_retried_until_the_broker_answers() -> None:
     b = Broker(failures=2)
     s = spawner(b)
+    s.grant_check_retry_s = 0.0
     for _ in range(5):
         assert await s.poll() is None
     assert b.asked == 3  # two failures, then it knew, then never again

@@ -46,7 +46,7 @@ after a refusal with the user's *default* spawner (named servers included), so t
 lives here, not on one spawner. One short string per hub user: bounded by the users."""
 
 CHECK_RETRY_S = 10.0
-"""After a failed look at the broker, the next poll asks again after this many seconds."""
+"""Default of ``grant_check_retry_s``."""
 
 
 def _iso(ts: float) -> str:
@@ -151,6 +151,13 @@ class GPUShareSpawner(Spawner):
         help="""poll_interval (seconds) of a server that holds a GPU grant: how soon the hub
         notices that its process died and releases the grant (the hub's own poll_interval,
         30 s by default, still applies to servers without a grant). 0 keeps poll_interval.""",
+    )
+    grant_check_retry_s = Float(
+        CHECK_RETRY_S,
+        config=True,
+        help="""After a hub restart each server's grant is checked with the broker; while the
+        broker cannot be reached, the check is tried again this many seconds later (at the
+        next poll after that), until the broker answers.""",
     )
     countdown_interval = Float(
         5.0,
@@ -604,10 +611,11 @@ class GPUShareSpawner(Spawner):
             try:
                 grant = await self.broker.get_grant(gid)
             except BrokerError as exc:
-                self.__dict__["_gpushare_check_after"] = time.monotonic() + CHECK_RETRY_S
+                retry = self.grant_check_retry_s
+                self.__dict__["_gpushare_check_after"] = time.monotonic() + retry
                 self.log.warning(
                     "gpushare: cannot check grant %s yet (asking again in %.0f s): %s",
-                    gid, CHECK_RETRY_S, exc,
+                    gid, retry, exc,
                 )
                 return status
             self.__dict__["_gpushare_checked"] = True
@@ -619,6 +627,9 @@ class GPUShareSpawner(Spawner):
                 )
             else:
                 self.gpushare_grant = grant
+                self.log.info(
+                    "gpushare: grant %s of %s confirmed by the broker", gid, self._log_name
+                )
         return status
 
     async def release_grant(self, grant_id: str) -> None:
