@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from brokerkit import static_tokens  # noqa: E402
-from brokerpolicies import bench  # noqa: E402
+from brokerpolicies import bench, bench_nodes  # noqa: E402
 from pgserver import PgServer, pg_missing_reason  # noqa: E402
 
 from jupyter_gpushare.broker.db import make_engine  # noqa: E402
@@ -66,9 +66,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def seed(db_url: str, count: int) -> float:
+def bench_policy(nodes: int) -> Any:
+    """``bench`` (1,000 nodes), or ``bench_nodes`` with ``nodes`` nodes (``--nodes``)."""
+    if not nodes:
+        return bench()
+    os.environ["GPUSHARE_BENCH_NODES"] = str(nodes)  # the broker subprocess reads it too
+    return bench_nodes()
+
+
+def seed(db_url: str, count: int, nodes: int = 0) -> float:
     engine = make_engine(db_url)
-    broker = Broker(bench(), engine)
+    broker = Broker(bench_policy(nodes), engine)
     broker.load()
     rng = random.Random(1)
     t0 = time.perf_counter()
@@ -93,8 +101,9 @@ def seed(db_url: str, count: int) -> float:
 class Conn:
     """A minimal keep-alive HTTP/1.1 client (cheap on the client side)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, token: str = "tok-spawner") -> None:
         self.port = port
+        self.token = token
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -103,7 +112,7 @@ class Conn:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         payload = b"" if body is None else json.dumps(body).encode()
         head = (
-            f"{method} {PATH}{path} HTTP/1.1\r\nHost: x\r\nAuthorization: token tok-spawner\r\n"
+            f"{method} {PATH}{path} HTTP/1.1\r\nHost: x\r\nAuthorization: token {self.token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
         )
         self.writer.write(head.encode() + payload)
@@ -163,6 +172,7 @@ async def open_loop(
     port: int, clients: int, seconds: float, rate: float, whole: float, release: bool
 ) -> dict[str, Any]:
     lat: list[float] = []
+    granted = [0]
     interval = clients / rate
     start = time.perf_counter() + 0.5
     stop = start + seconds
@@ -180,12 +190,13 @@ async def open_loop(
             )
             lat.append(time.perf_counter() - t0)
             n += 1
+            granted[0] += ans["status"] == "granted" and not release
             if release and ans["status"] == "granted":
                 await conn.call("DELETE", f"/grants/{ans['grant']['id']}")
             nxt += interval
 
     await asyncio.gather(*(client(c) for c in range(clients)))
-    return {"achieved_per_s": len(lat) / seconds, "lat": lat}
+    return {"achieved_per_s": len(lat) / seconds, "lat": lat, "granted": granted[0]}
 
 
 def cpu_s(pid: int) -> float:
@@ -201,8 +212,73 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def reconcile_probe(port: int) -> dict[str, Any]:
+    """One admin reconcile pass while a probe asks /health back to back: the longest probe
+    answer bounds the longest time the pass held the broker's event loop."""
+    done = asyncio.Event()
+    probes: list[float] = []
+
+    async def probe() -> None:
+        conn = Conn(port)
+        await conn.call("GET", "/health")
+        while not done.is_set():
+            t0 = time.perf_counter()
+            await conn.call("GET", "/health")
+            probes.append(time.perf_counter() - t0)
+
+    task = asyncio.ensure_future(probe())
+    await asyncio.sleep(0.3)
+    before = len(probes)
+    admin = Conn(port, "tok-admin")
+    t0 = time.perf_counter()
+    status, ans = await admin.call("POST", "/admin/reconcile", {})
+    took = time.perf_counter() - t0
+    done.set()
+    await task
+    during = probes[before:]
+    return {
+        "reconcile_s": took,
+        "reconcile_checked": (ans or {}).get("checked", status),
+        "loop_hold_ms": max(during, default=float("nan")) * 1000,
+        "probe_idle_p50_ms": pct(probes[:before], 50),
+    }
+
+
+def empty_rss(env: dict[str, str], cmd: list[str], tmp: Path) -> float:
+    """Resident memory of the same broker started on an empty database."""
+    port = free_port()
+    cmd = [c for c in cmd if not c.startswith(("--BrokerApp.db_url=", "--BrokerApp.port="))]
+    cmd += [f"--BrokerApp.db_url=sqlite:///{tmp}/empty.sqlite", f"--BrokerApp.port={port}"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening(proc, port, tmp / "empty.log")
+        return rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(log.read_text() if log.exists() else "broker exited") from None
+            time.sleep(0.05)
+
+
 def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    seed_s = seed(db_url, args.grants)
+    seed_s = seed(db_url, args.grants, args.nodes)
     tokens = tmp / f"tokens-{name}.json"
     tokens.write_text(json.dumps(static_tokens({})))
     port = free_port()
@@ -218,13 +294,14 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
         *profile,
         "-m",
         "jupyter_gpushare.broker",
-        "--BrokerApp.policy_factory=brokerpolicies:bench",
+        "--BrokerApp.policy_factory=brokerpolicies:" + ("bench_nodes" if args.nodes else "bench"),
         f"--BrokerApp.db_url={db_url}",
         f"--BrokerApp.port={port}",
         "--BrokerApp.ip=127.0.0.1",
         "--BrokerApp.use_hub=False",
         "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0",
+        "--BrokerApp.reconcile_min_age_s=0",  # the probed pass checks every live grant
         "--BrokerApp.log_level=WARN",
         "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
@@ -259,11 +336,21 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
             open_loop(port, args.clients, args.seconds, args.rate, args.whole_share, args.release)
         )
         cpu2 = cpu_s(proc.pid)
+        rss = rss_mib(proc.pid)
+        rec = asyncio.run(reconcile_probe(port))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
         os.sched_setaffinity(0, set(cpus))
+    rss0 = empty_rss(env, cmd, tmp)
+    live = args.grants + lat["granted"]
+    if not args.release:
+        live += thr["outcomes"].get("granted", 0)
     return {
+        **rec,
+        "rss_mib": rss,
+        # per live grant: the seeded ones and those the runs kept
+        "mib_per_10k": (rss - rss0) * 10000 / max(1, live),
         "seed_s": seed_s,
         "start_s": start_s,
         "throughput": thr["admissions_per_s"],
@@ -285,7 +372,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--rate", type=float, default=500.0)
-    parser.add_argument("--grants", type=int, default=10000)
+    parser.add_argument("--grants", type=int, default=10000, help="live grants seeded")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="nodes in the policy (brokerpolicies:bench_nodes, 8 GPUs each, half per pool); "
+        "default: brokerpolicies:bench's 1,000",
+    )
     parser.add_argument("--whole-share", type=float, default=0.0)
     parser.add_argument("--db", default="sqlite,postgresql")
     parser.add_argument(
@@ -332,7 +426,7 @@ def main() -> None:
                     results[name] = run_one(name, pg.new_database("bench"), args, tmp)
                 finally:
                     pg.stop()
-    nodes = len(bench().nodes)
+    nodes = len(bench_policy(args.nodes).nodes)
     print(
         f"\nbroker benchmark: {nodes} nodes, {args.grants} live grants, {args.clients} clients, "
         f"broker on one core, whole-GPU share {args.whole_share:.0%}, "
@@ -342,7 +436,7 @@ def main() -> None:
     )
     names = list(results)
     rows = [
-        ("seed 10k grants in-process (s)", "seed_s", "{:.1f}"),
+        (f"seed {args.grants} grants in-process (s)", "seed_s", "{:.1f}"),
         ("broker start incl. state rebuild (s)", "start_s", "{:.2f}"),
         ("throughput, closed loop (admissions/s)", "throughput", "{:.0f}"),
         ("  closed-loop p99 latency (ms)", "closed_p99", "{:.1f}"),
@@ -351,6 +445,11 @@ def main() -> None:
         ("  p50 latency (ms)", "p50", "{:.2f}"),
         ("  p99 latency (ms)", "p99", "{:.2f}"),
         ("  broker CPU busy (share of its core)", "open_cpu", "{:.2f}"),
+        ("broker RSS after the runs (MiB)", "rss_mib", "{:.0f}"),
+        ("  memory per 10,000 grants (MiB)", "mib_per_10k", "{:.1f}"),
+        ("reconcile pass over every grant (s)", "reconcile_s", "{:.2f}"),
+        ("  longest event-loop hold during it (ms)", "loop_hold_ms", "{:.1f}"),
+        ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
     ]
     print(f"{'':45}" + "".join(f"{n:>14}" for n in names))
     for label, key, fmt in rows:

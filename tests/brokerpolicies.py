@@ -66,3 +66,20 @@ def bench() -> Policy:
         gpus=8,
     )
     return explicit(pol)
+
+
+def bench_nodes() -> Policy:
+    """``bench`` with ``$GPUSHARE_BENCH_NODES`` nodes (default 1,000) x 8 GPUs, half per pool,
+    and team quotas grown with them (``benchmarks/broker.py --nodes``)."""
+    import os
+
+    count = max(2, int(os.environ.get("GPUSHARE_BENCH_NODES", "1000")))
+    grow = count / 1000
+    pol = policy(
+        {f"t{i}": {"train": (100 * grow, 100 * grow), "shared": (200 * grow, 100 * grow)}
+         for i in range(20)},
+        pools={"train": SharingMode.EXCLUSIVE, "shared": SharingMode.SHARED},
+        node_count=count // 2,
+        gpus=8,
+    )  # fmt: skip
+    return explicit(pol)
