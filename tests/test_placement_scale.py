@@ -98,3 +98,39 @@ def test_retargeting_costs_nothing_per_node(grow: int) -> None:
     pidx._describe = lambda view: (calls.append(view), original(view))  # type: ignore[method-assign]
     pidx.retarget()
     assert calls == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(node_st, min_size=2, max_size=12),
+    st.lists(request_st, min_size=1, max_size=80),
+    st.data(),
+)
+def test_rows_skipped_by_their_lower_bound_change_no_decision(
+    node_specs: list, reqs: list, data: st.DataObject
+) -> None:
+    """Scans skip rows whose gradient's lower bound cannot beat what they have found; every
+    decision (short lists of 1 and of the default length, through releases) is the one a
+    scan that scores every row makes."""
+    short = placement_mod._SHORT_LIST
+    placement_mod._SHORT_LIST = data.draw(st.sampled_from([1, short]))
+    pruned = make_state(node_specs, 0.0)
+    full = make_state(node_specs, 0.0)
+    try:
+        for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
+            request = make_request(i, kind, amount, cpu, ram, models)
+            placement_mod._PRUNE = True
+            got = place(pruned, request)
+            placement_mod._PRUNE = False
+            want = place(full, request)
+            assert got == want
+            if got is not None:
+                pruned.apply(grant_for(i, request, got))
+                full.apply(grant_for(i, request, got))
+            if pruned.grants and data.draw(st.integers(0, 3)) == 0:
+                gid = data.draw(st.sampled_from(sorted(pruned.grants)))
+                pruned.release(gid)
+                full.release(gid)
+    finally:
+        placement_mod._PRUNE = True
+        placement_mod._SHORT_LIST = short

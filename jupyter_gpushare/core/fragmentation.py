@@ -89,6 +89,7 @@ class FragTable:
                 row[lv] += p
         self._groups = [(milli, num, models, row) for (milli, num, models), row in groups.items()]
         self._classes: dict[str, str] = {}
+        self._hostable: dict[tuple[str, int, tuple[int, ...]], float] = {}
 
     def model_class(self, model: str) -> str:
         """A name shared by every GPU model that the target's shapes treat alike.
@@ -114,6 +115,23 @@ class FragTable:
         if val is None:
             val = self._compute(model, level, gpus_sorted)
             self._memo[key] = val
+        return val
+
+    def hostable(self, model: str, level: int, gpus_sorted: tuple[int, ...]) -> float:
+        """The popularity share of the target's GPU shapes a node can host as it stands."""
+        cls = self._classes.get(model) or self.model_class(model)
+        key = (cls, level, gpus_sorted)
+        val = self._hostable.get(key)
+        if val is None:
+            val = 0.0
+            n = len(gpus_sorted)
+            for milli, num, models, row in self._groups:
+                p = row[level]
+                if p == 0.0 or (models and model not in models):
+                    continue
+                if n - bisect.bisect_left(gpus_sorted, milli) >= num:
+                    val += p
+            self._hostable[key] = val
         return val
 
     def _compute(self, model: str, level: int, gpus: tuple[int, ...]) -> float:

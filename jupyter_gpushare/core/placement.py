@@ -26,9 +26,13 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 
 * CPU-only requests find the first node with every GPU taken and room in a segment
   tree of free CPU and RAM (:class:`_RoomTree`) instead of a pass over those nodes;
-* a shape seen again lately is answered from its short list (its best nodes last time,
-  and a bound below which the list is complete) plus the nodes changed since; the
-  answer is the full scan's, and the full scan runs when the list cannot prove it;
+* a shape seen before is answered from its short list (its best nodes last time, and a
+  bound below which the list is complete) plus the nodes changed since (never more than
+  the full scan would score); the answer is the full scan's, and the full scan runs when
+  the list cannot prove it (or the target changed);
+* a scan computes no gradient for a node whose lower bound (its fragmentation now, and
+  the share of the target it cannot host now, see ``_PoolIndex._floor``) cannot beat the
+  nodes already found: after a new target, most nodes are skipped that way;
 * the CPU penalty fades out when the learned workload asks for more CPU per GPU than
   the pool supplies (then no choice keeps CPU ahead of GPU, see ``_starvation_scale``).
 
@@ -334,18 +338,20 @@ class _PoolIndex:
         self.full = _RoomTree(len(nodes))
         self.slivers: dict[int, _Row] = {}
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
-        self.log: list[int] = []  # positions of the nodes refreshed, in order
+        self.clock = 0  # refreshes so far
+        # position -> clock of its last refresh, oldest first: the nodes changed since a
+        # clock reading are a suffix, read without looking at the older ones
+        self.changed: dict[int, int] = {}
         self._cache: dict[tuple, _Cached] = {}
         gpus = sum(len(ns.gpus) for ns in nodes)
         self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
         self.weight = STARVATION_WEIGHT
         self.step = GRADIENT_STEP
-        # node changes a short list may fall behind by: rescoring that many costs a share
-        # of the full scan it saves, whatever the cluster's size
-        self.window = max(_WINDOW, len(nodes) // _WINDOW_SHARE)
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
         self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
         self._sigs: dict[tuple, int] = {}
+        # (fragmentation, share not hostable) per signature * stride + CPU level: _floor
+        self._floors: dict[int, tuple[float, float]] = {}
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
             kind = (
@@ -374,6 +380,7 @@ class _PoolIndex:
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
         self._memo.clear()
         self._by_shape.clear()
+        self._floors.clear()
         self._cache.clear()
 
     def _describe(self, view: _NodeView) -> None:
@@ -391,6 +398,7 @@ class _PoolIndex:
         self._sigs.clear()
         self._memo.clear()
         self._by_shape.clear()
+        self._floors.clear()
         self._cache.clear()
         for view in self.by_pos:
             view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
@@ -400,10 +408,9 @@ class _PoolIndex:
     def refresh(self, view: _NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
         ns = view.ns
-        if len(self.log) >= _LOG_LIMIT:
-            self.log.clear()
-            self._cache.clear()
-        self.log.append(view.pos)
+        self.clock += 1
+        self.changed.pop(view.pos, None)
+        self.changed[view.pos] = self.clock
         view.units = [gpu_free_units(g) for g in ns.gpus]
         view.sorted_units = tuple(sorted(view.units))
         view.total = sum(view.units)
@@ -485,6 +492,20 @@ class _PoolIndex:
                 head.in_heap = False
         return heads
 
+    def _floor(self, view: _NodeView, level: int) -> tuple[float, float]:
+        """(fragmentation now, share of the target it cannot host now) of a node at ``level``.
+
+        Placing anything only lowers a node's free GPU and CPU, so the shapes it can host
+        afterwards are among those it hosts now, and its fragmentation afterwards is at
+        least the free capacity left times the share of the target it cannot host now: the
+        gradient of a request of ``demand`` milli is at least
+        ``(total - demand) * share - fragmentation now``.
+        """
+        table = self.table
+        units = view.sorted_units
+        frag = table.frag(view.model, level, units)
+        return frag, 1.0 - table.hostable(view.model, level, units)
+
     def _gradient(
         self, view: _NodeView, after_level: int, milli: int, num: int
     ) -> tuple[float, tuple[int, ...]]:
@@ -546,24 +567,29 @@ class _PoolIndex:
                 return self._candidate(found[0] if found else None)
             # against every node: as for a GPU shape, from a short list when one is cached
         cached = self._cache.get(shape)
-        stamp = len(self.log)
+        stamp = self.clock
         if len(self._cache) >= _CACHE_SHAPES and cached is None:
             self._cache.clear()
-        if cached is not None and 0 <= stamp - cached.stamp <= self.window:
+        if cached is not None:
             hit = self._from_cache(cached, shape, mem)
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
         rows = self._rows_for(cpu, mem, milli)
         scored: list[_Scored] = []
         found = self._scan(rows, shape, mem, scored)
-        if len(scored) > _SHORT_LIST:
-            short = heapq.nsmallest(_SHORT_LIST + 1, scored)
+        keep = self._short_len()
+        if len(scored) > keep:
+            short = heapq.nsmallest(keep + 1, scored)
             bound = short[-1][0]
             short.pop()
         else:
             short, bound = sorted(scored), float("inf")
         self._cache[shape] = _Cached(stamp, bound, short)
         return self._candidate(found[0] if found else None)
+
+    def _short_len(self) -> int:
+        """Nodes per short list: a big pool's best nodes run out later."""
+        return max(_SHORT_LIST, len(self.by_pos) // _SHORT_SHARE)
 
     def _candidate(self, hit: _Scored | None) -> _Candidate | None:
         if hit is None:
@@ -576,14 +602,17 @@ class _PoolIndex:
         """The best node from a shape's short list and the nodes changed since it was made.
 
         Invariant of a short list: every eligible node with a rank below ``bound`` is on
-        it, as of ``stamp`` (the log length then). Nodes unchanged since keep their rank;
+        it, as of ``stamp`` (the clock then). Nodes unchanged since keep their rank;
         changed ones and the heads of untouched kinds (a new head may take over without
-        changing itself) are scored again. Returns ``_MISS`` when the list proves nothing.
+        changing itself) are scored again: never more than the full scan would score,
+        however old the list. Returns ``_MISS`` when the list proves nothing.
         """
-        log = self.log
-        if cached.stamp > len(log) or len(log) - cached.stamp > self.window:
-            return _MISS
-        changed = set(log[cached.stamp :])
+        since = cached.stamp
+        changed: set[int] = set()
+        for pos in reversed(self.changed):
+            if self.changed[pos] <= since:
+                break
+            changed.add(pos)
         heads = self._kind_heads()
         fresh = changed.union(h.pos for h in heads)
         low = min(shape[1], UNIT) // _BUCKET
@@ -601,21 +630,33 @@ class _PoolIndex:
         bound = cached.bound
         while merged and merged[-1][0] >= bound:
             merged.pop()
-        if len(merged) > _SHORT_LIST:
-            bound = merged[_SHORT_LIST][0]
-            del merged[_SHORT_LIST:]
-        cached.stamp, cached.bound, cached.short = len(log), bound, merged
+        keep = self._short_len()
+        if len(merged) > keep:
+            bound = merged[keep][0]
+            del merged[keep:]
+        cached.stamp, cached.bound, cached.short = self.clock, bound, merged
         for e in merged:
             if e[1] >= mem:
                 return e
         return _MISS
 
     def _scan(
-        self, rows: list[_Row], shape: Shape, mem: int, scored: list[_Scored] | None
+        self,
+        rows: list[_Row],
+        shape: Shape,
+        mem: int,
+        scored: list[_Scored] | None,
+        prune: bool = True,
     ) -> list[_Scored]:
         """Rank ``rows``; returns [the best one with room for ``mem``] or [].
 
-        With ``scored``, every row that fits all but RAM is appended to it, ranked.
+        With ``scored``, every row that fits all but RAM and may rank among the best
+        ``_short_len() + 1`` is appended to it, ranked (with ``prune=False``, every one).
+
+        A row whose gradient is not memoised yet is first bounded from below (see
+        :meth:`_floor`): when even that bound cannot beat what is already found (the best
+        with room for ``mem`` and, with ``scored``, the last of the short list), the
+        gradient is never computed. The bound is safe, so the answer is the same.
         """
         cpu, milli, num, models = shape
         levels = self.table.cpu_levels
@@ -624,16 +665,24 @@ class _PoolIndex:
         memo = self._by_shape.get((milli, num))
         if memo is None:
             memo = self._by_shape[(milli, num)] = {}
+        floors = self._floors
         gradient = self._gradient
         weight = self.weight
         demand = milli * num
         # a step per GPU asked: gradients of multi-GPU shapes are that many times larger
         step = self.step * max(1.0, demand / UNIT)
         n = len(self.by_pos)
+        inf = float("inf")
         # rank and position folded into one number: (delta // step) * n + position
-        best_rank = float("inf")
+        best_rank = inf
         best: _Scored | None = None
         keep = scored is not None
+        # with ``scored``: the ranks of the best ``size`` rows so far, negated (a max-heap);
+        # a row ranked at or above the worst of them cannot make the short list
+        size = self._short_len() + 1 if keep else 0
+        top: list[float] = []
+        prune = prune and _PRUNE
+        cut = inf  # a row ranked at or above this is of no use
         for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
             cpu_left = free_cpu - cpu
             if cpu_left < 0 or (free_mem < mem and not keep):
@@ -644,22 +693,45 @@ class _PoolIndex:
                 if models and model not in models and "|" not in model:
                     continue  # (a node of mixed models is checked GPU by GPU later)
             after = bisect_right(levels, cpu_left)
-            key = sig * stride2 + bisect_right(levels, free_cpu) * stride + after
+            before = bisect_right(levels, free_cpu)
+            key = sig * stride2 + before * stride + after
             hit = memo.get(key)
+            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
             if hit is None:
+                if cut < inf:
+                    fkey = sig * stride + before
+                    floor = floors.get(fkey)
+                    if floor is None:
+                        floor = floors[fkey] = self._floor(view, before)
+                    low = (total - demand) * floor[1] - floor[0]
+                    low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
+                    if starved > 0.0:
+                        low += weight * starved
+                    if (low // step) * n + pos >= cut:
+                        continue
                 hit = memo[key] = gradient(view, after, milli, num)
             delta = hit[0]
-            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
             if starved > 0.0:
                 delta += weight * starved
             rank = (delta // step) * n + pos
             if keep:
+                if rank >= cut:
+                    continue
                 entry = (rank, free_mem, view, hit[1])
                 scored.append(entry)  # type: ignore[union-attr]
                 if rank < best_rank and free_mem >= mem:
                     best_rank, best = rank, entry
+                if prune:
+                    if len(top) < size:
+                        heapq.heappush(top, -rank)
+                    elif rank < -top[0]:
+                        heapq.heapreplace(top, -rank)
+                    if len(top) == size:
+                        cut = max(-top[0], best_rank)
             elif rank < best_rank:
                 best_rank, best = rank, (rank, free_mem, view, hit[1])
+                if prune:
+                    cut = rank
         return [best] if best is not None else []
 
 
@@ -741,22 +813,20 @@ _Scored = tuple[float, int, _NodeView, tuple[int, ...]]
 """(rank, free RAM, view, free-unit values to take) of one scored node."""
 
 _SHORT_LIST = 24
-"""Nodes kept per cached shape."""
+"""Nodes kept per cached shape, at least."""
 
-_WINDOW = 192
-"""Node changes after which a shape's short list is dropped (rescoring would cost more),
-at least; a pool of many nodes allows one per ``_WINDOW_SHARE`` of its nodes."""
-
-_WINDOW_SHARE = 4
+_SHORT_SHARE = 256
+"""A pool of many nodes keeps one per ``_SHORT_SHARE`` of its nodes per cached shape."""
 
 _CACHE_SHAPES = 512
 """Shapes cached per pool (all are dropped when more arrive)."""
 
+_PRUNE = True
+"""Skip rows whose lower bound cannot beat the rows found (:meth:`_PoolIndex._floor`)."""
+
 _SIG_LIMIT = 1 << 20
 """Interned node signatures per pool before they are all made again."""
 
-_LOG_LIMIT = 1 << 20
-"""Refreshes logged before the log (and every cache keyed on it) is dropped."""
 
 _MISS = object()
 
