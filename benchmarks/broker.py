@@ -24,6 +24,14 @@ script from a ``git worktree`` of the old commit (``cd old && PYTHONPATH=$PWD py
 /path/to/benchmarks/broker.py``: the broker subprocess imports from the working directory);
 ``--legacy-sql`` runs today's broker with SQLAlchemy for every write.
 
+``--queued N`` measures something else (SQLite, in-process): with N batch requests queued in
+one pool (mixed users, two teams, two priority classes), the event-loop time of one release
+plus the re-decision of the queue it triggers (the head is granted, the rest stays queued),
+p50/p99 over ``--iterations`` releases, while a thread polls ``/health`` over HTTP; and the
+time of ``GET /admin/queue``. Baselines in the same run: the same with an empty queue (the
+cost of one decision) and with the shape-skipping of the re-decision turned off (a decision
+per queued request, as before the change).
+
 It prints figures; it asserts nothing. ``--whole-share`` makes that share of requests ask
 for a whole GPU in the exclusive pool (the core's whole-GPU placement scans every node).
 """
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
 import random
@@ -41,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -367,6 +377,120 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
     }
 
 
+def _health_poller(port: int, stop: threading.Event, lat: list[float]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        conn.request("GET", PATH + "/health")
+        conn.getresponse().read()
+        lat.append(time.perf_counter() - t0)
+        time.sleep(0.002)
+    conn.close()
+
+
+async def queued_case(tmp: Path, queued: int, iterations: int, skip: bool) -> dict[str, Any]:
+    """Release + re-decision with ``queued`` requests waiting (see the module's docstring)."""
+    from brokerkit import call, start_broker
+    from brokerpolicies import small
+
+    users = {f"u{i}": ["a" if i % 2 else "b"] for i in range(40)}
+    url = f"sqlite:///{tmp}/queued-{queued}-{int(skip)}.sqlite"
+    app = await start_broker(small(), url, static_tokens(users))
+    broker = app.broker
+    broker.limits.max_queued_per_user = 0
+    broker.limits.max_queued_per_team = 0
+    broker.drain_skips_same_shape = skip
+    serial = iter(range(10**9))
+
+    def batch(user: str, team: str) -> dict[str, Any]:
+        n = next(serial)
+        research = n % 3 == 0
+        req = Request(
+            id=new_id("r"),
+            user=user,
+            team=team,
+            pool="train",
+            gpu=GPUAsk(whole=4),
+            priority="research" if research else "training",
+            kind=Kind.BATCH,
+            holder=f"job-{n}",
+            checkpointing=research,
+            created_at=time.time(),
+        )
+        return broker.submit(req)
+
+    current = batch("u0", "b")["grant_id"]
+    for i in range(queued):
+        batch(f"u{i % 40}", "a" if i % 2 else "b")
+    stop = threading.Event()
+    health: list[float] = []
+    poller = threading.Thread(target=_health_poller, args=(app.port, stop, health), daemon=True)
+    poller.start()
+    await asyncio.sleep(0.2)
+    release: list[float] = []
+    release_cpu: list[float] = []
+    for i in range(iterations):
+        c0, t0 = time.thread_time(), time.perf_counter()
+        broker.release(current, "bench")
+        release.append(time.perf_counter() - t0)
+        release_cpu.append(time.thread_time() - c0)
+        live = [g for g in broker.state.grants.values() if g.pool == "train"]
+        if not live:  # nothing was queued: grant the next holder directly
+            current = batch(f"u{i % 40}", "a" if i % 2 else "b")["grant_id"]
+        else:
+            current = live[0].id
+            batch(f"u{i % 40}", "a" if i % 2 else "b")  # keep the queue at its length
+        await asyncio.sleep(0.005)
+    stop.set()
+    poller.join(10)
+    queue_s: list[float] = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        status, body = await call(app, "GET", "/admin/queue", "tok-admin")
+        queue_s.append(time.perf_counter() - t0)
+        assert status == 200 and body["total"] == len(broker.queue)
+    await app.stop_async()
+    return {
+        "release": release,
+        "cpu": release_cpu,
+        "health": health,
+        "admin_queue": queue_s,
+        "queued": len(broker.queue),
+    }
+
+
+def run_queued(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        cases = [
+            ("empty queue (one decision)", 0, True),
+            (f"{args.queued} queued, shape-skipping (now)", args.queued, True),
+            (f"{args.queued} queued, a decision per request (before)", args.queued, False),
+        ]
+        rows = []
+        for label, n, skip in cases:
+            res = asyncio.run(queued_case(tmp, n, args.iterations, skip))
+            rows.append((label, res))
+    base = pct(rows[0][1]["release"], 99)
+    print(
+        f"\nrelease + re-decision of the queue: {args.iterations} releases per case, "
+        "SQLite, in-process; /health polled over HTTP by a thread meanwhile (ms)"
+    )
+    print(
+        f"{'case':<48} {'p50':>6} {'p99':>7} {'max':>7} {'p99 CPU':>8} {'x empty':>8} "
+        f"{'/health p99':>11} {'/admin/queue':>12}"
+    )
+    for label, res in rows:
+        p99 = pct(res["release"], 99)
+        print(
+            f"{label:<48} {pct(res['release'], 50):>6.2f} {p99:>7.2f} "
+            f"{max(res['release']) * 1000:>7.2f} {pct(res['cpu'], 99):>8.2f} "
+            f"{p99 / base:>7.1f}x {pct(res['health'], 99):>11.2f} "
+            f"{pct(res['admin_queue'], 50):>12.1f}"
+        )
+    print("targets: release + re-decision p99 <= 5 ms and /health p99 < 20 ms with 2,000 queued")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -407,7 +531,17 @@ def main() -> None:
         "machine shared with other CPU-bound work this approximates the dedicated core the "
         "targets assume; reported in the output",
     )
+    parser.add_argument(
+        "--queued",
+        type=int,
+        default=0,
+        help="instead: release + re-decision with this many requests queued (see above)",
+    )
+    parser.add_argument("--iterations", type=int, default=200, help="releases per --queued case")
     args = parser.parse_args()
+    if args.queued:
+        run_queued(args)
+        return
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     results: dict[str, dict[str, Any]] = {}

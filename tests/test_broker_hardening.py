@@ -290,3 +290,22 @@ def test_release_redecides_the_queue_at_the_cost_of_one_decision(
     assert b.queue_view()[0]["request_id"] == head.id
     assert b.queue_view()[0]["position"] == 1 and b.queue_view()[-1]["position"] == 299
     b.close()
+
+
+async def test_admin_queue_is_paged(broker: Any) -> None:
+    b = broker.broker
+    b.limits.max_queued_per_user = 0
+    b.limits.max_queued_per_team = 0
+    b.submit(request("a", "train", whole=4, user="alice", kind=Kind.BATCH, priority="training"))
+    ids = [
+        b.submit(
+            request("a", "train", whole=4, user="carol", kind=Kind.BATCH, priority="training")
+        )["request_id"]
+        for _ in range(30)
+    ]
+    status, page = await call(broker, "GET", "/admin/queue?limit=10&offset=5", "tok-admin")
+    assert status == 200 and page["total"] == 30 and page["queued"] == 30
+    assert [q["request_id"] for q in page["queue"]] == ids[5:15]
+    assert [q["position"] for q in page["queue"]] == list(range(6, 16))
+    status, err = await call(broker, "GET", "/admin/queue?limit=-1", "tok-admin")
+    assert status == 400 and err["field"] == "limit"

@@ -66,6 +66,9 @@ class BrokerBase:
         self.state = ClusterState(policy)
         self.gpus = gpu_index(policy)
         self.limits = limits or BrokerLimits()
+        # re-deciding the queue skips requests of a shape that just stayed queued
+        # (False: decide on every queued request, as before; benchmarks/broker.py --queued)
+        self.drain_skips_same_shape = True
         # queued batch requests by id, in decision order per pool
         self.queue = WaitQueue(self._priority_value)
         # (kind, user, holder) -> live grant ids and waiting request ids of that holder

@@ -579,7 +579,27 @@ class AdminReconcileHandler(BaseHandler):
 class AdminQueueHandler(BaseHandler):
     def get(self) -> None:
         self.require(self.identity.admin, "admin only")
-        self.send({"queue": self.ctx.broker.queue_view()})
+        broker = self.ctx.broker
+        limit = self._int_arg("limit", 500, 10_000)
+        offset = self._int_arg("offset", 0, 10**9)
+        self.send(
+            {
+                "queue": broker.queue_view(limit=limit, offset=offset),
+                "total": len(broker.queue) + len(broker.pending),
+                "queued": len(broker.queue),
+                "preempting": len(broker.pending),
+                "limit": limit,
+                "offset": offset,
+            }
+        )
+
+    def _int_arg(self, name: str, default: int, maximum: int) -> int:
+        raw = self.arg(name)
+        if raw is None:
+            return default
+        if not raw.isdigit() or len(raw) > 10 or int(raw) > maximum:
+            raise BadField(name, f"{name} must be a whole number from 0 to {maximum}")
+        return int(raw)
 
 
 class MetricsHandler(BaseHandler):

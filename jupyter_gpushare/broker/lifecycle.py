@@ -14,6 +14,7 @@ live in :mod:`.preempt`; this module only schedules them through :class:`~.effec
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,21 +58,6 @@ def _grant_and_victim_statements(
         ("mark_victim", (for_id, why, deadline, vid)) for vid, for_id, why, deadline in marks
     )
     return statements
-
-
-def _shape(req: Request) -> tuple[Any, ...]:
-    """What the core's answer to a queued request depends on, besides its user and age."""
-    return (
-        req.team,
-        req.pool,
-        req.gpu,
-        req.priority,
-        req.cpu_milli,
-        req.memory_mib,
-        req.gpu_models,
-        req.checkpointing,
-        req.max_runtime_s,
-    )
 
 
 class LifecycleMixin(ViewsMixin):
@@ -361,31 +347,64 @@ class LifecycleMixin(ViewsMixin):
         return self._transition(req, decision, now)
 
     def drain_queue(self, pool: str | None = None) -> list[tuple[str, str]]:
-        """Retry queued requests in order (priority, then age); return what changed.
+        """Decide again on queued requests in order (priority, then age); return what changed.
 
-        Requests that differ only in user, id and age get the same answer from the core
-        (the per-user cap aside), so once one of a shape stays queued, the others of that
-        shape are skipped until something changes: after a release the pass costs about
-        one decision per distinct shape waiting, not one per request."""
+        Requests of one shape (:func:`~.waiting.shape_of`: all but user, id and age) get the
+        same answer from the core, the per-user cap aside. So only the first request of each
+        shape is decided, in queue order; a shape whose first stays queued is done; after
+        any change the heads are taken again. A release costs one decision per distinct
+        shape waiting in the pool (plus one per request it lets through), not a pass over
+        the queue."""
         changed: list[tuple[str, str]] = []
         if not self.queue:
             return changed
-        stuck: set[tuple[Any, ...]] = set()
+        for name in [pool] if pool is not None else self.queue.pools():
+            if self.drain_skips_same_shape:
+                self._drain_by_shape(name, changed)
+            else:
+                self._drain_every(name, changed)
+        return changed
+
+    def _drain_by_shape(self, pool: str, changed: list[tuple[str, str]]) -> None:
+        queue = self.queue
+        while True:
+            capped: set[tuple[str, int]] = set()
+            heap: list[tuple[Any, Any]] = []
+            for shape in queue.shapes(pool):
+                head = queue.first_of(pool, shape, capped)
+                if head is not None:
+                    heap.append((queue.key(head.id), shape))
+            heapq.heapify(heap)
+            moved = False
+            while heap:
+                key, shape = heapq.heappop(heap)
+                req = queue.get(key[2])
+                if req is None:
+                    continue
+                now = self.clock()
+                decision = decide(self.state, req, new_id("g"), self.facts(now, req, retry=True))
+                if decision.outcome is Outcome.QUEUED:
+                    if decision.code == "user_cap":  # others of this shape may still fit
+                        capped.add((req.user, req.gpu.units_milli))
+                        nxt = queue.first_of(pool, shape, capped, after=key)
+                        if nxt is not None:
+                            heapq.heappush(heap, (queue.key(nxt.id), shape))
+                    continue
+                changed.append((req.id, self._transition(req, decision, now)))
+                moved = True
+                break  # the state changed: take the heads again
+            if not moved:
+                return
+
+    def _drain_every(self, pool: str, changed: list[tuple[str, str]]) -> None:
+        """A decision per queued request (the behaviour before shapes; for comparison)."""
         for req in self.ordered_queue(pool):
             if req.id not in self.queue:
                 continue
-            shape = _shape(req)
-            capped = (req.user, req.pool, req.gpu.units_milli)
-            if shape in stuck or capped in stuck:
-                continue
             now = self.clock()
             decision = decide(self.state, req, new_id("g"), self.facts(now, req, retry=True))
-            if decision.outcome is Outcome.QUEUED:
-                stuck.add(capped if decision.code == "user_cap" else shape)
-                continue
-            changed.append((req.id, self._transition(req, decision, now)))
-            stuck.clear()  # the state changed: what was stuck may move now
-        return changed
+            if decision.outcome is not Outcome.QUEUED:
+                changed.append((req.id, self._transition(req, decision, now)))
 
     def cancel(self, request_id: str) -> dict[str, Any] | None:
         """Cancel a queued or preempting request, or release a granted one's grant."""

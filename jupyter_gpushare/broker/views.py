@@ -228,31 +228,14 @@ class ViewsMixin(LedgerMixin):
             ).first()
         return self._request_view(row) if row else None
 
-    def queue_view(self) -> list[dict[str, Any]]:
+    def queue_view(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        """Waiting requests: the preempting ones, then the queued ones in decision order
+        (``limit``/``offset``: a page of that list)."""
         now = self.clock()
         out: list[dict[str, Any]] = []
         ends: dict[str, float | None] = {}
-        positions: dict[str, int] = {}
-        for req in self.ordered_queue():
-            if req.pool not in ends:
-                ends[req.pool] = self._earliest_end(req.pool)
-            end = ends[req.pool]
-            positions[req.pool] = positions.get(req.pool, 0) + 1
-            out.append(
-                {
-                    "request_id": req.id,
-                    "user": req.user,
-                    "team": req.team,
-                    "pool": req.pool,
-                    "status": "queued",
-                    "priority": req.priority,
-                    "position": positions[req.pool],
-                    "units": from_milli(req.gpu.units_milli),
-                    "created_at": iso(req.created_at),
-                    "expected_wait_s": max(0.0, end - now) if end is not None else None,
-                }
-            )
-        for pend in self.pending.values():
+        stop = None if limit is None else offset + limit
+        for pend in list(self.pending.values())[offset:stop]:
             req = pend.request
             out.append(
                 {
@@ -267,6 +250,27 @@ class ViewsMixin(LedgerMixin):
                     "created_at": iso(req.created_at),
                     "expected_wait_s": max(0.0, pend.deadline - now),
                     "victims": sorted(pend.victims),
+                }
+            )
+        skip = max(0, offset - len(self.pending))
+        room = None if limit is None else limit - len(out)
+        queued = self.ordered_queue()
+        for req in queued[skip : None if room is None else skip + room]:
+            if req.pool not in ends:
+                ends[req.pool] = self._earliest_end(req.pool)
+            end = ends[req.pool]
+            out.append(
+                {
+                    "request_id": req.id,
+                    "user": req.user,
+                    "team": req.team,
+                    "pool": req.pool,
+                    "status": "queued",
+                    "priority": req.priority,
+                    "position": self.queue.position(req.id),
+                    "units": from_milli(req.gpu.units_milli),
+                    "created_at": iso(req.created_at),
+                    "expected_wait_s": max(0.0, end - now) if end is not None else None,
                 }
             )
         return out

@@ -15,10 +15,29 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..core.model import Request
 
 SortKey = tuple[int, float, str]
+Shape = tuple[Any, ...]
+
+
+def shape_of(req: Request) -> Shape:
+    """What the core's answer to a queued request depends on, besides its user and age:
+    requests of one shape get the same answer (the per-user cap aside)."""
+    return (
+        req.team,
+        req.pool,
+        req.gpu,
+        req.priority,
+        req.cpu_milli,
+        req.memory_mib,
+        req.gpu_models,
+        req.checkpointing,
+        req.max_runtime_s,
+        req.kind,
+    )
 
 
 class WaitQueue:
@@ -33,6 +52,9 @@ class WaitQueue:
         self.per_team: Counter[str] = Counter()
         self.per_team_pool: Counter[tuple[str, str]] = Counter()
         self.sizes: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+        # pool -> shape -> sorted keys of the requests of that shape
+        self._groups: dict[str, dict[Shape, list[SortKey]]] = defaultdict(dict)
+        self._shapes: dict[str, Shape] = {}
 
     # -- dict-like -------------------------------------------------------------------------
 
@@ -80,6 +102,8 @@ class WaitQueue:
         self._by_id[req.id] = req
         self._keys[req.id] = key
         bisect.insort(self._order[req.pool], key)
+        shape = self._shapes[req.id] = shape_of(req)
+        bisect.insort(self._groups[req.pool].setdefault(shape, []), key)
         self.per_user[req.user] += 1
         self.per_team[req.team] += 1
         self.per_team_pool[(req.team, req.pool)] += 1
@@ -94,6 +118,13 @@ class WaitQueue:
         i = bisect.bisect_left(order, key)
         if i < len(order) and order[i] == key:
             del order[i]
+        shape = self._shapes.pop(request_id)
+        group = self._groups[req.pool][shape]
+        j = bisect.bisect_left(group, key)
+        if j < len(group) and group[j] == key:
+            del group[j]
+        if not group:
+            del self._groups[req.pool][shape]
         _dec(self.per_user, req.user)
         _dec(self.per_team, req.team)
         _dec(self.per_team_pool, (req.team, req.pool))
@@ -118,6 +149,32 @@ class WaitQueue:
             return [self._by_id[key[2]] for key in self._order.get(pool, ())]
         keys = sorted(k for order in self._order.values() for k in order)
         return [self._by_id[key[2]] for key in keys]
+
+    def key(self, request_id: str) -> SortKey:
+        return self._keys[request_id]
+
+    def shapes(self, pool: str) -> list[Shape]:
+        """The distinct shapes waiting in the pool."""
+        return list(self._groups.get(pool, {}))
+
+    def first_of(
+        self,
+        pool: str,
+        shape: Shape,
+        capped: set[tuple[str, int]],
+        after: SortKey | None = None,
+    ) -> Request | None:
+        """The first request of ``shape`` (after ``after``) whose (user, units) is not capped."""
+        group = self._groups.get(pool, {}).get(shape, [])
+        start = bisect.bisect_right(group, after) if after is not None else 0
+        for key in group[start:] if start else group:
+            req = self._by_id[key[2]]
+            if not capped or (req.user, req.gpu.units_milli) not in capped:
+                return req
+        return None
+
+    def pools(self) -> list[str]:
+        return [p for p, order in self._order.items() if order]
 
     def position(self, request_id: str) -> int | None:
         """1-based place of the request in its pool's order."""
