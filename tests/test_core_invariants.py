@@ -22,12 +22,20 @@ from __future__ import annotations
 from collections import defaultdict
 
 import hypothesis.strategies as st
-from corefactory import policy, request
+from corefactory import PRIORITIES, policy, request
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from jupyter_gpushare.core.admission import AdmissionFacts, Outcome, decide
-from jupyter_gpushare.core.model import UNIT, GPUSlice, Grant, Kind, Placement, SharingMode
+from jupyter_gpushare.core.model import (
+    UNIT,
+    GPUSlice,
+    Grant,
+    Kind,
+    Placement,
+    PriorityClass,
+    SharingMode,
+)
 from jupyter_gpushare.core.placement import place_on_node
 from jupyter_gpushare.core.preemption import _fits_without, is_candidate
 from jupyter_gpushare.core.state import CapacityError, ClusterState
@@ -41,7 +49,10 @@ QUOTAS = {
     # grants made by hand (see CoreMachine.force): a quota that never limits them
     "z": {"train": (100, 0), "shared": (100, 0), "debug": (100, 0)},
 }
-PRIORITY_VALUES = {"training": 1000, "interactive": 500, "research": 100}
+PRIORITY_VALUES = {"training": 1000, "interactive": 500, "research": 100, "spot": 50}
+# "spot" is preemptible and interactive servers may run at it: only the rule "never an
+# interactive server inside its guarantee" keeps those servers from being victims
+PRIORITY_CLASSES = PRIORITIES + (PriorityClass("spot", 50, preemptible=True, grace_period_s=5),)
 
 
 def recount(state: ClusterState, quotas: bool = True) -> None:
@@ -147,7 +158,8 @@ def _snapshot(state: ClusterState) -> tuple:
 class CoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.state = ClusterState(policy(QUOTAS, POOLS, node_count=2, gpus=4))
+        self.state = ClusterState(policy(QUOTAS, POOLS, node_count=2, gpus=4,
+                                         priorities=PRIORITY_CLASSES))
         self.now = 0.0
         self.serial = 0
 
@@ -277,7 +289,8 @@ class GuaranteeMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         quotas = {"a": {"train": (3, 5)}, "b": {"train": (3, 5)}, "c": {"train": (2, 6)}}
-        self.state = ClusterState(policy(quotas, {"train": SharingMode.EXCLUSIVE}, node_count=2))
+        self.state = ClusterState(policy(quotas, {"train": SharingMode.EXCLUSIVE}, node_count=2,
+                                         priorities=PRIORITY_CLASSES))
         self.serial = 0
         self.now = 0.0
 
