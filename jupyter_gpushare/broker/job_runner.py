@@ -28,12 +28,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default
-from traitlets.config import LoggingConfigurable
 
 from ..backends.base import JobBackend, RunHandle, RunSpec, RunStatus
 from ..core.jobs import (
-    JobLimits,
     JobState,
     Verdict,
     final_state,
@@ -43,6 +40,7 @@ from ..core.jobs import (
 from ..core.model import UNIT, Grant, Kind
 from .db import grants_table, jobs_table
 from .ids import new_id
+from .job_settings import JobSettings
 from .jobs import Job, JobStore
 from .preempt import BatchBackend
 from .serial import spec_to_request
@@ -56,77 +54,8 @@ ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables of the broker's environment a job inherits (never its hub token)."""
 
 
-class JobManager(LoggingConfigurable):
+class JobManager(JobSettings):
     """Owner of batch jobs: their store, their runs on the backend and their grants."""
-
-    jobs_dir = Unicode(
-        config=True,
-        help="Where the local backend keeps each job's snapshot, log and checkpoint folder "
-        "(default: gpushare-jobs in the broker's working directory, next to its database).",
-    )
-    user_root_template = Unicode(
-        "~{username}",
-        config=True,
-        help="The user's files, where executed notebooks are delivered: '~{username}' is the "
-        "user's home directory; e.g. '/tmp/{username}' for SimpleLocalProcessSpawner. Output "
-        "paths are relative to it and may not leave it.",
-    )
-    run_as = CaselessStrEnum(
-        ["hub", "user"],
-        default_value="hub",
-        config=True,
-        help="Run jobs as the hub's own user ('hub', as SimpleLocalProcessSpawner runs "
-        "servers) or as the job's system user ('user': the broker runs as root, as with "
-        "LocalProcessSpawner).",
-    )
-    enabled = Bool(True, config=True, help="Accept batch jobs at all.")
-    extra_env = Dict(
-        config=True,
-        help="Variables added to every job's environment (before the grant's own), e.g. "
-        "GPUSHARE_SIMULATED_JOB_MEMORY_MIB to exercise the limit watchdog in a demo.",
-    )
-    poll_interval_s = Float(0.25, config=True, help="Seconds between passes of the job loop.")
-    cancel_grace_s = Float(
-        10.0, config=True, help="Seconds between SIGTERM and SIGKILL when a job is cancelled."
-    )
-    max_attempts = Integer(
-        20, config=True, help="Most attempts of one job (each preemption starts a new one)."
-    )
-    max_queued_per_user = Integer(
-        50, config=True, help="Most unfinished (queued or running) jobs one user may have."
-    )
-    max_notebook_bytes = Integer(
-        5 * 1024 * 1024, config=True, help="Largest notebook snapshot accepted (bytes)."
-    )
-    max_parameters_bytes = Integer(
-        16 * 1024, config=True, help="Largest parameters object accepted (bytes of JSON)."
-    )
-    default_max_runtime_s = Integer(
-        4 * 3600,
-        config=True,
-        help="Runtime limit of a job that asks for none (capped by its profile's max_lifetime).",
-    )
-    max_runtime_s = Integer(
-        7 * 24 * 3600, config=True, help="Longest runtime any job may ask for (seconds)."
-    )
-    max_jobs_kept_per_user = Integer(
-        500, config=True, help="Finished jobs kept per user; older ones are deleted."
-    )
-    log_retention_days = Float(
-        30.0,
-        config=True,
-        help="Days the log, snapshot and checkpoints of a finished job are kept (0: forever).",
-    )
-    max_log_read_bytes = Integer(
-        256 * 1024, config=True, help="Most log bytes one log request returns."
-    )
-
-    @default("jobs_dir")
-    def _jobs_dir(self) -> str:
-        db_url = str(getattr(self.parent, "db_url", "") or "")
-        if db_url.startswith("sqlite:///") and db_url != "sqlite:///:memory:":
-            return os.path.join(os.path.dirname(os.path.abspath(db_url[10:])), "gpushare-jobs")
-        return os.path.abspath("gpushare-jobs")
 
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -141,16 +70,6 @@ class JobManager(LoggingConfigurable):
         self._busy: set[str] = set()  # jobs with a backend call in flight
         self._task: asyncio.Task[Any] | None = None
         self._real_gpus: bool | None = None
-
-    @property
-    def limits(self) -> JobLimits:
-        return JobLimits(
-            max_notebook_bytes=self.max_notebook_bytes,
-            max_parameters_bytes=self.max_parameters_bytes,
-            max_queued_per_user=self.max_queued_per_user,
-            default_max_runtime_s=self.default_max_runtime_s,
-            max_runtime_s=self.max_runtime_s,
-        )
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -326,18 +245,22 @@ class JobManager(LoggingConfigurable):
 
     def _job_env(self, grant: Grant) -> dict[str, str]:
         from ..broker.client import GrantInfo
-        from ..spawner.enforcement import local_env
+        from ..spawner.enforcement import local_env, mps_daemon_running
 
         if self._real_gpus is None:
             from ..spawner.local import real_gpus_present
 
             self._real_gpus = real_gpus_present()
+        mps = self.mps == "on" or (
+            self.mps == "auto" and mps_daemon_running(self.mps_pipe_directory or None)
+        )
         env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
         env.update({str(k): str(v) for k, v in self.extra_env.items()})
         info = GrantInfo.from_json(self.broker.grant_view(grant))
         env.update(
             local_env(
-                info, mps=False, real_gpus_present=self._real_gpus, broker_url="",
+                info, mps=mps, real_gpus_present=self._real_gpus, broker_url="",
+                mps_pipe_dir=self.mps_pipe_directory or None,
                 inherited_pythonpath=env.get("PYTHONPATH", ""),
             )
         )
