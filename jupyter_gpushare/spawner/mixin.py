@@ -302,6 +302,9 @@ class GPUShareSpawner(Spawner):
                     share=str((p.get("gpu") or {}).get("describe") or ""),
                     units=float((p.get("gpu") or {}).get("count") or 0)
                     or float((p.get("gpu") or {}).get("fraction") or 0),
+                    max_lifetime_s=int(p["max_lifetime_s"])
+                    if isinstance(p.get("max_lifetime_s"), (int, float))
+                    else None,
                 )
                 for p in info
                 if p.get("slug")
