@@ -135,6 +135,7 @@ class GPUCuller(LoggingConfigurable):
         done: list[dict[str, Any]] = []
         for gid in [g for g in self.warned if g not in self.broker.state.grants]:
             self._withdraw(gid)
+        acts = []
         for gid, grant in list(self.broker.state.grants.items()):
             rule = self.rule_for(grant.pool)
             if rule.window_s <= 0 and gid not in self.warned:
@@ -147,9 +148,12 @@ class GPUCuller(LoggingConfigurable):
                 self._withdraw(gid)
                 done.append(self._event(gid, "cleared", now, idle_since(facts)))
             elif v is Verdict.ACT:
-                event = await self._act(gid, facts, rule)
-                if event is not None:
-                    done.append(event)
+                acts.append(self._act(gid, facts, rule))
+        # the stops wait for the hub: run them side by side, not one after the other
+        for event in await asyncio.gather(*acts):
+            if event is not None:
+                done.append(event)
+        self.broker.usage.prune(self.broker.state.grants)
         return done
 
     def _event(self, gid: str, what: str, now: float, since: float) -> dict[str, Any]:
