@@ -14,11 +14,17 @@ releases anything, so a hub that cannot be reached changes nothing. Grants young
   (``user_options.profile``) that holds no grant and waits for none is stopped
   (``HubHolderChecker.stop_servers_without_grant``): a GPU share is never used without
   exactly one live grant.
+
+A pass over many grants (100,000 on a large site) gives the event loop back every
+``SLICE_S`` of work: it checks the grants a batch of users at a time (each user's grants
+together, so the hub is asked about a user once per pass).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -174,13 +180,35 @@ async def reconcile(
     broker: Broker, checker: HolderChecker, min_age_s: float = 60.0
 ) -> dict[str, Any]:
     """Release grants whose holders are gone, stop servers without a grant, retry waiting
-    requests; return the changes."""
+    requests; return the changes.
+
+    Never holds the event loop much longer than ``SLICE_S`` at a time (see the module).
+    """
     now = broker.clock()
-    candidates = [g for g in list(broker.state.grants.values()) if now - g.granted_at >= min_age_s]
-    verdicts = await checker.check(candidates)
+    pause = _Pause()
+    by_user: dict[str, list[Grant]] = {}
+    for i, g in enumerate(list(broker.state.grants.values())):
+        if now - g.granted_at >= min_age_s:
+            by_user.setdefault(g.user, []).append(g)
+        if not i % 256:
+            await pause()
+    candidates: list[Grant] = []
+    verdicts: dict[str, tuple[str, str]] = {}
+    batch: list[Grant] = []
+    groups = list(by_user.values())
+    for k, group in enumerate(groups):
+        for j in range(0, len(group), BATCH):  # (a user with very many grants: in parts)
+            batch.extend(group[j : j + BATCH])
+            if len(batch) >= BATCH or (k == len(groups) - 1 and j + BATCH >= len(group)):
+                verdicts.update(await checker.check(batch))
+                candidates.extend(batch)
+                batch = []
+                await pause()
     released = []
     unknown = 0
-    for grant in candidates:
+    for i, grant in enumerate(candidates):
+        if not i % 16:
+            await pause()
         verdict, why = verdicts.get(grant.id, ("unknown", ""))
         if verdict == "unknown":
             unknown += 1
@@ -197,6 +225,7 @@ async def reconcile(
             }
         )
         log.warning("reconcile: released grant %s of %s: %s", grant.id, grant.user, why)
+    await pause()
     orphans = await checker.servers_without_grant(broker, min_age_s)
     retried = []
     for request_id, pend in list(broker.pending.items()):
@@ -219,3 +248,22 @@ async def reconcile(
         len(retried),
     )
     return result
+
+
+SLICE_S = 0.002
+"""Seconds of work after which a reconcile pass lets the event loop serve others."""
+
+BATCH = 1000
+"""Grants (whole users' worth) handed to the holder checker at a time."""
+
+
+class _Pause:
+    """``await pause()``: yield to the event loop once ``SLICE_S`` passed since the last."""
+
+    def __init__(self) -> None:
+        self.since = time.perf_counter()
+
+    async def __call__(self) -> None:
+        if time.perf_counter() - self.since >= SLICE_S:
+            await asyncio.sleep(0)
+            self.since = time.perf_counter()
