@@ -19,6 +19,8 @@ API::
     hub.start_server("alice", "lab"); hub.stop_server("alice", "lab")
     hub.stops                             # [(user, server)] the broker asked to stop
     hub.stop()
+
+    app = await start_broker_with_hub(policy, db_url, hub)   # a broker that asks this hub
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from typing import Any
 from brokerkit import ACCESS, free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
+
+from jupyter_gpushare.broker import BrokerApp
+from jupyter_gpushare.broker.auth import HubTokenAuthenticator
+from jupyter_gpushare.core.model import Policy
 
 
 class FakeHub:
@@ -150,3 +156,24 @@ class _Server(_Base):
         del user["servers"][server]
         self.hub.stops.append((name, server))
         self.answer(204)
+
+
+async def start_broker_with_hub(policy: Policy, db_url: str, hub: FakeHub,
+                                **traits: Any) -> BrokerApp:
+    """A broker that checks every token with ``hub`` and reads groups and servers from it."""
+    app = BrokerApp(
+        policy=policy,
+        db_url=db_url,
+        port=free_port(),
+        ip="127.0.0.1",
+        use_hub=True,
+        hub_api_url=hub.api_url,
+        api_token=hub.broker_token,
+        authenticator_class=HubTokenAuthenticator,
+        browser_login=False,
+        reconcile_on_start=False,
+        reconcile_interval_s=0,
+        **traits,
+    )
+    await app.start_async()
+    return app

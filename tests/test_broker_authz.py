@@ -19,12 +19,10 @@ import dataclasses
 from typing import Any
 
 import pytest
-from brokerkit import ACCESS, call, free_port
+from brokerkit import ACCESS, call
 from brokerpolicies import small
-from fakehub import FakeHub
+from fakehub import FakeHub, start_broker_with_hub
 
-from jupyter_gpushare.broker import BrokerApp
-from jupyter_gpushare.broker.auth import HubTokenAuthenticator
 from jupyter_gpushare.core.model import GPUAsk, Policy, Profile
 
 PROFILES = (
@@ -39,27 +37,6 @@ PROFILES = (
 def authz_policy() -> Policy:
     """``small()`` (teams a and b; train, shared and debug pools) with profiles."""
     return dataclasses.replace(small(), profiles=PROFILES, _index={})
-
-
-async def start_broker_with_hub(policy: Policy, db_url: str, hub: FakeHub,
-                                **traits: Any) -> BrokerApp:
-    """A broker that checks every token with ``hub`` and reads groups and servers from it."""
-    app = BrokerApp(
-        policy=policy,
-        db_url=db_url,
-        port=free_port(),
-        ip="127.0.0.1",
-        use_hub=True,
-        hub_api_url=hub.api_url,
-        api_token=hub.broker_token,
-        authenticator_class=HubTokenAuthenticator,
-        browser_login=False,
-        reconcile_on_start=False,
-        reconcile_interval_s=0,
-        **traits,
-    )
-    await app.start_async()
-    return app
 
 
 @pytest.fixture

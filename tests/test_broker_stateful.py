@@ -34,10 +34,9 @@ from typing import Any, TypeVar
 import hypothesis.strategies as st
 from brokerkit import ACCESS, call
 from corefactory import policy
-from fakehub import FakeHub
+from fakehub import FakeHub, start_broker_with_hub
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from test_broker_authz import start_broker_with_hub
 from test_core_invariants import recount
 
 from jupyter_gpushare.core.model import GPUAsk, Kind, Policy, PriorityClass, Profile, SharingMode
