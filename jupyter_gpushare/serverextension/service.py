@@ -138,6 +138,7 @@ class TelemetryService:
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
         self._first_sample = asyncio.Event()
+        self._telling: set[asyncio.Future[Any]] = set()
         self._hints: list[LowUtilHint] = []
         self._hints_at = float("-inf")
 
@@ -159,7 +160,7 @@ class TelemetryService:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        for t in [*self._tasks, *self._telling]:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -556,7 +557,7 @@ class TelemetryService:
                 msg = json.dumps({"type": "notice", "notice": timed})
                 self.notice_messages.append(msg)
                 self.broadcast(msg)
-                await self.tell_kernels(notice_text(timed))
+                self._tell_soon(notice_text(timed))
             left = timed.get("seconds_left")
             last_call = f"{key}#last"
             if (
@@ -565,7 +566,14 @@ class TelemetryService:
                 and last_call not in self.seen_notices
             ):
                 self.seen_notices.add(last_call)
-                await self.tell_kernels(notice_text(timed))
+                self._tell_soon(notice_text(timed))
+
+    def _tell_soon(self, text: str) -> None:
+        """Tell the kernels in the background: a busy kernel answers only after its cell, and
+        the notice poll (and the stream) must not wait for it."""
+        task = asyncio.ensure_future(self.tell_kernels(text))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     async def tell_kernels(self, text: str) -> None:
         """Write ``text`` into every kernel's output (preemption notices)."""
