@@ -159,6 +159,7 @@ async def test_warns_waits_then_stops_and_releases(world: Any) -> None:
     assert culls == [("shared", "stop")]
     assert broker.notices(grant_id=gid) == []
     assert [e["event"] for e in culler.history] == ["warned", "stopped"]
+    assert gid not in broker.usage.last_seen  # what an ended grant sent is forgotten (bounded)
     # the heartbeats reached the lasting per-grant aggregates (what the report reads)
     with broker.engine.connect() as conn:
         (row,) = conn.execute(grant_use_table.select()).all()

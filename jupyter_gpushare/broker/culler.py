@@ -262,7 +262,9 @@ class GPUCuller(LoggingConfigurable):
     # -- the loop -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None and (self.windows or self.default_window_s > 0):
+        """Run a pass every ``interval_s`` (with no window configured a pass only forgets
+        the heartbeat figures of ended grants)."""
+        if self._task is None:
             self._task = asyncio.ensure_future(self._loop())
 
     async def _loop(self) -> None:
