@@ -146,6 +146,32 @@ def grant_env(**over: str) -> dict[str, str]:
     return env
 
 
+def lab_dirs(tmp: Path, with_extension: bool = True) -> dict[str, str]:
+    """Folders for one JupyterLab (or a hub's single-user servers) under ``tmp``, and the
+    environment that points it at them: the fresh extension build first on ``JUPYTER_PATH``,
+    no news pop-up, no update check, its own settings and workspaces."""
+    jp = tmp / "jupyter-path" / "labextensions"
+    jp.mkdir(parents=True, exist_ok=True)
+    link = jp / "jupyter-gpushare"
+    if not link.exists():
+        link.symlink_to(OUT)
+    cfg = tmp / "config"
+    (cfg / "labconfig").mkdir(parents=True, exist_ok=True)
+    disabled = {} if with_extension else {"jupyter-gpushare": True}
+    page_config = {"disabledExtensions": disabled}
+    (cfg / "labconfig" / "page_config.json").write_text(json.dumps(page_config))
+    settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    return {
+        "JUPYTER_PATH": str(tmp / "jupyter-path"),
+        "JUPYTER_CONFIG_DIR": str(cfg),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+    }
+
+
 @contextlib.contextmanager
 def start_lab(
     tmp: Path, env: dict[str, str] | None = None, args: list[str] | None = None,
@@ -155,28 +181,11 @@ def start_lab(
     tmp.mkdir(parents=True, exist_ok=True)
     root = tmp / "root"
     root.mkdir(exist_ok=True)
-    jp = tmp / "jupyter-path" / "labextensions"
-    jp.mkdir(parents=True, exist_ok=True)
-    link = jp / "jupyter-gpushare"
-    if not link.exists():
-        link.symlink_to(OUT)
-    cfg = tmp / "config"
-    (cfg / "labconfig").mkdir(parents=True, exist_ok=True)
-    disabled = {} if with_extension else {"jupyter-gpushare": True}
-    # no "Jupyter news" pop-up, no update checks: nothing outside this machine
-    page_config = {"disabledExtensions": disabled}
-    (cfg / "labconfig" / "page_config.json").write_text(json.dumps(page_config))
-    settings = tmp / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True, exist_ok=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    dirs = lab_dirs(tmp, with_extension)
     port, token = free_port(), secrets.token_hex(16)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSHARE_", "JUPYTERHUB_"))}
     full.update(env or {})
-    full["JUPYTER_PATH"] = str(tmp / "jupyter-path")
-    full["JUPYTER_CONFIG_DIR"] = str(cfg)
-    full["JUPYTERLAB_SETTINGS_DIR"] = str(tmp / "settings")
-    full["JUPYTERLAB_WORKSPACES_DIR"] = str(tmp / "workspaces")
+    full.update(dirs)
     full["PATH"] = f"{Path(sys.executable).parent}:{full.get('PATH', '')}"
     log = tmp / "lab.log"
     cmd = [

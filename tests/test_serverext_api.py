@@ -24,6 +24,7 @@ from tornado.websocket import websocket_connect
 from jupyter_gpushare.serverextension import GPUShareServerApp, _jupyter_server_extension_points
 from jupyter_gpushare.serverextension.handlers import handlers
 from jupyter_gpushare.serverextension.jobs import job_handlers
+from jupyter_gpushare.serverextension.switch import switch_handlers
 
 
 @pytest_asyncio.fixture
@@ -211,7 +212,7 @@ async def test_every_route_requires_authentication(
     routes = {
         p.rstrip("$") for p in route_patterns(jp_serverapp.web_app) if "gpushare" in p
     }
-    assert len(routes) == len(handlers()) + len(job_handlers()) == 11
+    assert len(routes) == len(handlers()) + len(job_handlers()) + len(switch_handlers()) == 12
     for pattern in sorted(routes):
         path = pattern.replace("\\", "").replace("([^/]+)", "job-x")
         relayed = "/jobs" in path  # answered by the (fake) broker once authenticated

@@ -10,6 +10,7 @@ from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 from .handlers import handlers
 from .jobs import job_handlers
 from .service import ServiceConfig, TelemetryService
+from .switch import switch_handlers
 
 
 class _LazyTerminals:
@@ -163,7 +164,7 @@ class GPUShareServerApp(ExtensionApp):
         self.settings["gpushare_service"] = self.service
 
     def initialize_handlers(self) -> None:
-        self.handlers.extend(handlers() + job_handlers())
+        self.handlers.extend(handlers() + job_handlers() + switch_handlers())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         if self.service is not None:

@@ -8,21 +8,29 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { ICommandPalette, ToolbarButton } from '@jupyterlab/apputils';
+import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { gpuIcon } from './icon';
+import { gpuIcon, jobsIcon } from './icon';
+import { IJob } from './jobsapi';
+import { JobWatcher } from './jobwatch';
 import { NoticeBoard } from './notices';
 import { GPUStatusItem } from './statusbar';
 import { MetricsStream } from './stream';
 import { showWatchdog } from './watchdog';
 
 export const PANEL_ID = 'jp-gpushare-panel';
+export const JOBS_ID = 'jp-gpushare-jobs';
 
 export namespace CommandIDs {
   export const openPanel = 'gpushare:open-panel';
+  export const openJobs = 'gpushare:open-jobs';
+  export const submit = 'gpushare:submit-job';
+  export const submitFromBrowser = 'gpushare:submit-job-from-file-browser';
+  export const switchHardware = 'gpushare:switch-hardware';
 }
 
 interface IPanelContent {
@@ -32,11 +40,16 @@ interface IPanelContent {
 
 /** The side panel's shell; the content (charts included) is a lazily loaded chunk. */
 class PanelHost extends Widget {
-  constructor(private readonly load: () => Promise<IPanelContent>) {
+  constructor(
+    id: string,
+    label: string,
+    caption: string,
+    private readonly load: () => Promise<IPanelContent>
+  ) {
     super();
-    this.id = PANEL_ID;
-    this.title.caption = 'GPU use of this server';
-    this.title.label = 'GPU';
+    this.id = id;
+    this.title.caption = caption;
+    this.title.label = label;
     this.addClass('jp-gpushare-panel-host');
   }
 
@@ -62,40 +75,125 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpushare:plugin',
   description: 'GPU use against your own limit, preemption countdown and GPU panel.',
   autoStart: true,
-  optional: [IStatusBar, ILabShell, INotebookTracker, ICommandPalette],
+  optional: [IStatusBar, ILabShell, INotebookTracker, ICommandPalette, IDefaultFileBrowser],
   activate: (
     app: JupyterFrontEnd,
     statusBar: IStatusBar | null,
     labShell: ILabShell | null,
     notebooks: INotebookTracker | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    fileBrowser: IDefaultFileBrowser | null
   ) => {
+    const activate = (id: string) => {
+      if (labShell) {
+        labShell.activateById(id);
+      } else {
+        app.shell.activateById(id);
+      }
+    };
+    const openOutput = (path: string) => void app.commands.execute('docmanager:open', { path });
+    const watcher = new JobWatcher(openOutput, () => activate(JOBS_ID));
+    const submit = async (path: string | null | undefined) => {
+      if (!path) {
+        return;
+      }
+      const mod = await import('./submit');
+      const res = await mod.submitNotebook(path, (job: IJob) => watcher.track(job));
+      if (res.job) {
+        activate(JOBS_ID);
+      }
+    };
+    const currentNotebook = (): string | null => notebooks?.currentWidget?.context.path ?? null;
     const stream = new MetricsStream();
     const notices = new NoticeBoard({
-      save: () => void app.commands.execute('docmanager:save-all')
+      save: () => void app.commands.execute('docmanager:save-all'),
+      submitAsJob: () => void submit(currentNotebook())
     });
     stream.notice.connect((_, n) => notices.add(n));
     stream.watchdog.connect((_, ev) => showWatchdog(notebooks, ev));
 
-    const host: PanelHost = new PanelHost(async (): Promise<IPanelContent> => {
-      const mod = await import('./panel');
-      return new mod.GPUPanelContent(host.node, { stream, notices });
-    });
+    const host: PanelHost = new PanelHost(
+      PANEL_ID,
+      'GPU',
+      'GPU use of this server',
+      async (): Promise<IPanelContent> => {
+        const mod = await import('./panel');
+        return new mod.GPUPanelContent(host.node, {
+          stream,
+          notices,
+          switchHardware: () => void app.commands.execute(CommandIDs.switchHardware)
+        });
+      }
+    );
     host.title.icon = gpuIcon;
     app.shell.add(host, 'right', { rank: 900 });
+    const jobsHost: PanelHost = new PanelHost(
+      JOBS_ID,
+      'Jobs',
+      'Your GPU batch jobs',
+      async (): Promise<IPanelContent> => {
+        const mod = await import('./jobs');
+        return new mod.JobsPanelContent(jobsHost.node, { watcher, openOutput });
+      }
+    );
+    jobsHost.title.icon = jobsIcon;
+    app.shell.add(jobsHost, 'right', { rank: 901 });
 
     app.commands.addCommand(CommandIDs.openPanel, {
       label: 'Show GPU Panel',
       caption: 'GPU memory and compute of this server against its grant',
+      execute: () => activate(PANEL_ID)
+    });
+    app.commands.addCommand(CommandIDs.openJobs, {
+      label: 'Show GPU Jobs',
+      caption: 'Your batch jobs: state, queue position, log, output',
+      execute: () => activate(JOBS_ID)
+    });
+    app.commands.addCommand(CommandIDs.submit, {
+      label: 'Submit Notebook as Batch Job…',
+      caption: 'Run this notebook on a GPU in the batch queue (papermill) and get the executed notebook back',
+      icon: jobsIcon,
+      isEnabled: () => !!currentNotebook(),
+      execute: args => submit((args.path as string) || currentNotebook())
+    });
+    app.commands.addCommand(CommandIDs.submitFromBrowser, {
+      label: 'Submit as Batch Job…',
+      icon: jobsIcon,
       execute: () => {
-        if (labShell) {
-          labShell.activateById(PANEL_ID);
-        } else {
-          app.shell.activateById(PANEL_ID);
-        }
+        const item = fileBrowser?.selectedItems().next();
+        const model = item && !item.done ? item.value : null;
+        return submit(model && model.type === 'notebook' ? model.path : null);
       }
     });
-    palette?.addItem({ command: CommandIDs.openPanel, category: 'GPU' });
+    app.contextMenu.addItem({
+      command: CommandIDs.submitFromBrowser,
+      selector: '.jp-DirListing-item[data-file-type="notebook"]',
+      rank: 10
+    });
+    app.commands.addCommand(CommandIDs.switchHardware, {
+      label: 'Switch Hardware (GPU Profile)…',
+      caption: 'Restart this server on another profile; your files are kept',
+      execute: async () => {
+        const mod = await import('./switch');
+        await mod.switchHardware(() => app.commands.execute('docmanager:save-all'));
+      }
+    });
+    for (const command of [CommandIDs.openPanel, CommandIDs.openJobs, CommandIDs.submit, CommandIDs.switchHardware]) {
+      palette?.addItem({ command, category: 'GPU' });
+    }
+    app.docRegistry.addWidgetExtension('Notebook', {
+      createNew: (panel: NotebookPanel) => {
+        const button = new ToolbarButton({
+          icon: jobsIcon,
+          label: 'Submit job',
+          tooltip: 'Submit this notebook as a GPU batch job',
+          className: 'jp-gpushare-submit-button',
+          onClick: () => void submit(panel.context.path)
+        });
+        panel.toolbar.insertItem(10, 'gpushare-submit', button);
+        return button;
+      }
+    });
 
     if (statusBar) {
       const item = new GPUStatusItem(() => void app.commands.execute(CommandIDs.openPanel));
@@ -108,8 +206,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     // for benchmarks and browser tests: how many stream messages this tab received
-    (window as unknown as Record<string, unknown>).__gpushare = { stream, notices };
+    (window as unknown as Record<string, unknown>).__gpushare = { stream, notices, watcher };
     stream.start();
+    void app.restored.then(() => watcher.start());
   }
 };
 

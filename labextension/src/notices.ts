@@ -93,9 +93,9 @@ export class NoticeBoard {
 
 export function noticeText(n: INotice, deadline: number): string {
   const left = (deadline - Date.now()) / 1000;
-  const what = n.holder_kind === 'job' ? 'This job' : 'This server';
+  const what = n.holder_kind === 'job' ? 'this job' : 'this server';
   const when =
-    left > 0 ? `in ${countdown(left)} (at ${new Date(deadline).toLocaleTimeString()})` : 'now';
+    left > 0 ? `in ${countdown(left)}: ${what} stops at ${new Date(deadline).toLocaleTimeString()}` : `now: ${what} is stopping`;
   const why = n.reason ? ` Reason: ${n.reason}.` : '';
   if (n.kind === 'idle') {
     // the broker's GPU idle culler: no GPU activity for the pool's window
@@ -105,8 +105,7 @@ export function noticeText(n: INotice, deadline: number): string {
     );
   }
   return (
-    `GPU preemption: ${what} will be stopped ${when}.${why} ` +
-    'Save your notebooks now and write a checkpoint; your files are kept. ' +
-    'To keep working, submit the notebook as a batch job (it queues and resumes) or restart on a profile inside your team\'s guarantee.'
+    `GPU preemption ${when}. Save and checkpoint now (your files are kept); ` +
+    `submit the notebook as a batch job to keep it running.${why}`
   );
 }

@@ -23,6 +23,7 @@ const SLOW_REFRESH_MS = 30000;
 export interface IPanelContext {
   stream: MetricsStream;
   notices: NoticeBoard;
+  switchHardware?: () => void;
 }
 
 function h(tag: string, cls = '', text = ''): HTMLElement {
@@ -218,6 +219,7 @@ export class GPUPanelContent {
     const g = a.grant;
     if (!g.has_grant) {
       this._grant.append(h('p', 'jp-gpushare-muted', 'No GPU grant for this server.'));
+      this.appendSwitch();
       return;
     }
     const bg = (a.broker_grant || {}) as Record<string, unknown>;
@@ -251,8 +253,19 @@ export class GPUPanelContent {
       dl.append(h('dt', '', k), h('dd', '', v));
     }
     this._grant.append(dl);
+    this.appendSwitch();
     if (a.broker && !a.broker.ok && a.broker.error) {
       this._grant.append(h('p', 'jp-gpushare-muted', `Broker: ${a.broker.error}`));
+    }
+  }
+
+  private appendSwitch(): void {
+    const go = this.ctx.switchHardware;
+    if (go) {
+      const sw = h('button', 'jp-mod-styled jp-gpushare-switch-button', 'Switch hardware…');
+      sw.title = 'Restart this server on another profile (your files are kept)';
+      sw.addEventListener('click', () => go());
+      this._grant.append(sw);
     }
   }
 
