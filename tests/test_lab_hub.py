@@ -100,8 +100,8 @@ def chrome() -> Iterator[Any]:
         yield b
 
 
-def login(chrome: Any, hub: Hub, user: str, path: str = "lab") -> Any:
-    ctx = chrome.new_context(viewport={"width": 1400, "height": 900})
+def login(chrome: Any, hub: Hub, user: str, path: str = "lab", state: Any = None) -> Any:
+    ctx = chrome.new_context(viewport={"width": 1400, "height": 900}, storage_state=state)
     page = ctx.new_page()
     page.goto(f"{hub.url}/hub/login")
     page.fill("#username_input", user)
@@ -190,6 +190,86 @@ def test_refused_submission_shows_the_broker_reason(hub: Hub, chrome: Any) -> No
     assert page.locator("select[name=profile]").input_value() == "debug-quarter"
     screenshot(page, "lab_submit_refused", ".jp-gpushare-submit-dialog .jp-Dialog-content")
     page.locator(".jp-gpushare-submit-dialog .jp-mod-reject").click()
+    page.context.close()
+
+
+def test_failed_job_from_the_file_browser_shows_a_readable_error_and_its_log(
+    hub: Hub, chrome: Any
+) -> None:
+    hub.spawn("alice", "debug-eighth")
+    page = login(chrome, hub, "alice", "lab/tree/work")
+    item = page.locator(".jp-DirListing-item[data-file-type='notebook']", has_text="fails.ipynb")
+    item.wait_for(timeout=30000)
+    item.click(button="right")
+    page.locator(".lm-Menu-item", has_text="Submit as Batch Job").click()
+    dialog = page.locator(".jp-gpushare-submit-dialog")
+    dialog.wait_for(timeout=30000)
+    assert "work/fails.ipynb" in dialog.inner_text()
+    dialog.locator("select[name=profile]").select_option("job-1gpu")
+    dialog.locator("input[name=max_runtime]").fill("5")
+    dialog.locator(".jp-mod-accept").click()
+    page.locator(".jp-gpushare-submit-result").wait_for(timeout=30000)
+    page.locator(".jp-Dialog .jp-mod-accept").click()
+    row = page.locator(".jp-gpushare-job", has_text="fails.ipynb").first
+    row.wait_for(timeout=30000)
+    row.locator("button", has_text="Log").click()
+    page.wait_for_function(
+        "() => document.querySelector('.jp-gpushare-job')?.dataset.state === 'failed'",
+        timeout=120000,
+    )
+    err = row.locator(".jp-gpushare-job-error")
+    err.wait_for(timeout=30000)
+    text = err.inner_text()
+    assert "ValueError" in text and "bad value 1" in text, text
+    assert "cell 3" in text.lower(), text  # the failing cell named as the user numbers it
+    assert "\x1b[" not in err.inner_html(), "raw ANSI codes in the error"
+    log = row.locator("pre.jp-gpushare-log")
+    page.wait_for_function(
+        "() => (document.querySelector('.jp-gpushare-job pre.jp-gpushare-log')?.textContent"
+        " || '').includes('before the error')", timeout=60000)
+    assert "\x1b[" not in log.inner_text()
+    toast = page.locator(".Toastify__toast", has_text="fails.ipynb failed")
+    toast.wait_for(timeout=30000)
+    screenshot(page, "lab_jobs_failed", "#jp-gpushare-jobs")
+    page.context.close()
+
+
+def test_a_job_that_ended_while_the_browser_was_closed_is_announced(hub: Hub, chrome: Any) -> None:
+    hub.spawn("alice", "debug-eighth")
+    page = login(chrome, hub, "alice")
+    # the jobs it already knows about (earlier tests' jobs) are told once, then remembered
+    page.wait_for_function("() => (window.__gpushare?.watcher?.jobs || []).length >= 2",
+                           timeout=30000)
+    time.sleep(1)
+    state = page.context.storage_state()
+    page.context.close()  # the browser is gone; a job runs and ends meanwhile
+    token = hub.hub.token_for("alice")
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{hub.url}/user/alice/gpushare/api/jobs", method="POST",
+        data=json.dumps({"path": "work/demo.ipynb", "profile": "job-1gpu",
+                         "max_runtime": 300}).encode(),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        job = json.loads(r.read())
+    deadline = time.monotonic() + 120
+    while True:
+        with urllib.request.urlopen(urllib.request.Request(
+                f"{hub.url}/user/alice/gpushare/api/jobs/{job['id']}",
+                headers={"Authorization": f"token {token}"}), timeout=30) as r:
+            ended = json.loads(r.read())["state"]
+        if ended in ("succeeded", "failed"):
+            break
+        assert time.monotonic() < deadline, ended
+        time.sleep(0.5)
+    page = login(chrome, hub, "alice", state=state)
+    toast = page.locator(".Toastify__toast", has_text=f"demo.ipynb {ended}")
+    toast.wait_for(timeout=60000)
+    assert "Open output" in toast.inner_text()
+    time.sleep(1)
+    # jobs told about in the earlier visit are not announced again
+    assert page.locator(".Toastify__toast", has_text="fails.ipynb").count() == 0
     page.context.close()
 
 
