@@ -223,9 +223,9 @@ def test_failed_job_from_the_file_browser_shows_a_readable_error_and_its_log(
     assert "ValueError" in text and "bad value 1" in text, text
     assert "cell 3" in text.lower(), text  # the failing cell named as the user numbers it
     assert "\x1b[" not in err.inner_html(), "raw ANSI codes in the error"
-    log = row.locator("pre.jp-gpushare-log")
+    log = row.locator("pre.jp-gpushare-log-tail")
     page.wait_for_function(
-        "() => (document.querySelector('.jp-gpushare-job pre.jp-gpushare-log')?.textContent"
+        "() => (document.querySelector('.jp-gpushare-job pre.jp-gpushare-log-tail')?.textContent"
         " || '').includes('before the error')", timeout=60000)
     assert "\x1b[" not in log.inner_text()
     toast = page.locator(".Toastify__toast", has_text="fails.ipynb failed")

@@ -139,11 +139,15 @@ export class JobsPanelContent {
   private openLog(j: IJob): void {
     this.closeLog();
     this._logJob = j.id;
-    const pre = h('pre', 'jp-gpushare-log');
+    const pre = h('pre', 'jp-gpushare-log jp-gpushare-log-tail');
     pre.textContent = '';
     this._logNode = pre;
     // server-sent events: the server pushes new log text and state changes as they come
-    const src = new EventSource(apiUrl(`jobs/${encodeURIComponent(j.id)}/log?follow=1`), {
+    // EventSource cannot send headers: the XSRF token (required for cookie-authenticated API
+    // calls behind JupyterHub) goes in the query, as jupyter_server accepts it
+    const xsrf = xsrfCookie();
+    const q = `follow=1${xsrf ? `&_xsrf=${encodeURIComponent(xsrf)}` : ''}`;
+    const src = new EventSource(apiUrl(`jobs/${encodeURIComponent(j.id)}/log?${q}`), {
       withCredentials: true
     });
     this._source = src;
@@ -187,6 +191,18 @@ export class JobsPanelContent {
   private _logJob: string | null = null;
   private _logNode: HTMLElement | null = null;
   private _source: EventSource | null = null;
+}
+
+/** The `_xsrf` cookie as the server reads it (the last of duplicates, like ServerConnection). */
+export function xsrfCookie(): string | undefined {
+  let found: string | undefined;
+  for (const part of document.cookie.split(';')) {
+    const [k, ...v] = part.trim().split('=');
+    if (k === '_xsrf') {
+      found = v.join('=');
+    }
+  }
+  return found;
 }
 
 function errorBox(j: IJob): HTMLElement {
