@@ -103,11 +103,12 @@ def chrome() -> Iterator[Any]:
 def login(chrome: Any, hub: Hub, user: str, path: str = "lab", state: Any = None) -> Any:
     ctx = chrome.new_context(viewport={"width": 1400, "height": 900}, storage_state=state)
     page = ctx.new_page()
-    page.goto(f"{hub.url}/hub/login")
-    page.fill("#username_input", user)
-    page.fill("#password_input", "any")
-    page.click("#login_submit")
-    page.wait_for_url(re.compile(r".*/(user|hub)/.*"), timeout=60000)
+    if state is None:  # with a saved state the hub's login cookie is still there
+        page.goto(f"{hub.url}/hub/login")
+        page.fill("#username_input", user)
+        page.fill("#password_input", "any")
+        page.click("#login_submit")
+        page.wait_for_url(re.compile(r".*/(user|hub)/.*"), timeout=60000)
     page.goto(f"{hub.url}/user/{user}/{path}")
     page.wait_for_selector("#jp-main-dock-panel", timeout=90000)
     page.wait_for_selector(".jp-gpushare-status", timeout=60000)
