@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import queue
 import re
 import time
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from jupyter_core.utils import ensure_async
 from pytest_jupyter.jupyter_server import *  # noqa: F403 (fixtures)
 from telemetry_fakes import EXT_CONFIG, FakeBroker, grant_env, wait_until
 
@@ -51,9 +53,11 @@ def test_notice_text_says_when_and_why() -> None:
     assert "save your work" in text
 
 
-async def test_the_kernel_output_shows_the_preemption_countdown(
+async def test_the_running_cell_shows_the_preemption_countdown(
     jp_serverapp: Any, jp_fetch: Any, broker: FakeBroker
 ) -> None:
+    """The notice reaches the output of the cell that runs when it comes (a training loop),
+    while it runs, not after it."""
     body = {"path": "train.ipynb", "name": "train.ipynb", "type": "notebook",
             "kernel": {"name": "python3"}}
     r = await jp_fetch("api", "sessions", method="POST", body=json.dumps(body))
@@ -64,23 +68,31 @@ async def test_the_kernel_output_shows_the_preemption_countdown(
     await client.wait_for_ready(timeout=60)
     svc: TelemetryService = jp_serverapp.web_app.settings["gpushare_service"]
     await svc.start()
-    await wait_until(lambda: any(k.kernel_id == kid for k in svc.kernels), what="kernel seen")
+    await wait_until(lambda: kid in svc._watched and not svc._telling, what="watcher started")
+    cell = client.execute("print('training', flush=True); import time; time.sleep(120)")
+
+    async def iopub(pred: Any) -> dict[str, Any]:
+        while True:
+            msg = await client.get_iopub_msg()
+            if pred(msg):
+                return dict(msg)
+
+    await asyncio.wait_for(iopub(lambda m: m["msg_type"] == "stream"
+                                 and "training" in m["content"]["text"]), 60)
     deadline = time.time() + 40
     broker.state.notices.append({
         "grant_id": "g-1", "kind": "preemption", "reason": "team nlp needs its guarantee back",
         "deadline": dt.datetime.fromtimestamp(deadline, dt.timezone.utc).isoformat(),
         "deadline_ts": deadline,
     })
-
-    async def stderr() -> str:
-        while True:
-            msg = await client.get_iopub_msg()
-            c = msg["content"]
-            if msg["msg_type"] == "stream" and c.get("name") == "stderr" and "PREEMPTION" in c[
-                    "text"]:
-                return str(c["text"])
-
-    text = await asyncio.wait_for(stderr(), 60)
+    msg = await asyncio.wait_for(iopub(
+        lambda m: m["msg_type"] == "stream" and m["content"].get("name") == "stderr"
+        and "PREEMPTION" in m["content"]["text"]), 60)
+    text = msg["content"]["text"]
+    # in the running cell's output, while it still runs
+    assert msg["parent_header"]["msg_id"] == cell
+    with pytest.raises(queue.Empty):  # the cell has not finished
+        await ensure_async(client.get_shell_msg(timeout=0.2))
     clock = dt.datetime.fromtimestamp(deadline, dt.timezone.utc).strftime("%H:%M:%S UTC")
     assert f"stopped at {clock}" in text
     left = int(re.search(r"\(in (\d+) s\)", text).group(1))
@@ -89,4 +101,5 @@ async def test_the_kernel_output_shows_the_preemption_countdown(
     # told once per notice (and once more near the deadline), not at every poll
     await asyncio.sleep(1.5)
     assert len([k for k in svc.seen_notices if not k.endswith("#last")]) == 1
+    await km.interrupt_kernel(kid)
     client.stop_channels()

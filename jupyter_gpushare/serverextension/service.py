@@ -66,6 +66,58 @@ class ServiceConfig:
     api_token: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_API_TOKEN", ""))
 
 
+KERNEL_WATCHER = r"""
+def _gpushare_watch(interval, last_call):
+    import datetime, json, os, sys, time, urllib.parse, urllib.request
+    gid = os.environ.get("GPUSHARE_GRANT_ID")
+    url = os.environ.get("GPUSHARE_BROKER_URL", "").rstrip("/")
+    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+    if not gid or not url:
+        return
+    told = set()
+    while True:
+        try:
+            req = urllib.request.Request(
+                url + "/notices?" + urllib.parse.urlencode({"grant_id": gid}),
+                headers={"Authorization": "token " + token})
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                notices = json.loads(resp.read() or b"{}").get("notices") or []
+        except Exception:
+            notices = []
+        for n in notices:
+            if not isinstance(n, dict) or n.get("kind", "preemption") != "preemption":
+                continue
+            deadline = n.get("deadline_ts")
+            left = deadline - time.time() if isinstance(deadline, (int, float)) else None
+            key = (n.get("grant_id"), deadline)
+            stage = "last" if left is not None and left <= last_call else "first"
+            if (key, stage) in told:
+                continue
+            told.update({(key, "first"), (key, stage)})
+            when = ""
+            if left is not None:
+                clock = datetime.datetime.fromtimestamp(
+                    deadline, datetime.timezone.utc).strftime("%H:%M:%S UTC")
+                when = " at %s (in %d s)" % (clock, max(0, round(left)))
+            why = n.get("reason") or "the owning team needs its GPU share back"
+            # a thread of its own: this reaches the cell that is running now
+            sys.stderr.write(
+                "\n[gpushare] PREEMPTION: this server's GPU share is borrowed and is being "
+                "reclaimed (%s). The server will be stopped%s: save your work now.\n"
+                % (why, when))
+            sys.stderr.flush()
+        time.sleep(interval)
+
+
+import threading as _gs_threading
+_gs_threading.Thread(target=_gpushare_watch, args=(__INTERVAL__, __LAST_CALL__),
+                     name="gpushare-notices", daemon=True).start()
+del _gs_threading, _gpushare_watch
+"""
+"""Run once in each kernel: a daemon thread that asks the broker for this grant's notices and
+writes a preemption notice, with its deadline, into the output of the cell running at that
+moment (a busy kernel would answer an execute request only after its cell)."""
+
 HINTS_EVERY_S = 5.0
 VERBS = {"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
 
@@ -139,6 +191,7 @@ class TelemetryService:
         self._started = False
         self._first_sample = asyncio.Event()
         self._telling: set[asyncio.Future[Any]] = set()
+        self._watched: set[str] = set()  # kernels that run the notice watcher
         self._hints: list[LowUtilHint] = []
         self._hints_at = float("-inf")
 
@@ -225,6 +278,7 @@ class TelemetryService:
             name = getattr(k, "kernel_name", "")
             infos.append(KernelInfo(kid, pid, paths.get(kid) or None, name))
         self.kernels = tuple(infos)
+        self._watch_kernels()
         self._simulate_kernel_memory()
 
     def kernel_activity_ts(self) -> float | None:
@@ -489,8 +543,32 @@ class TelemetryService:
             if not psutil.pid_exists(pid):
                 sim.set_process_memory(pid, 0)
 
+    def _watch_kernels(self) -> None:
+        """Start the notice watcher in each new kernel of a server with a grant."""
+        ids = {k.kernel_id for k in self.kernels}
+        self._watched &= ids  # bounded by the live kernels
+        if not (self.config.notices_to_kernels and self.grant.grant_id and self.broker.configured):
+            return
+        code = KERNEL_WATCHER.replace(
+            "__INTERVAL__", repr(float(self.config.notices_interval_s))
+        ).replace("__LAST_CALL__", repr(float(max(15.0, 2 * self.config.notices_interval_s))))
+        for kid in sorted(ids - self._watched):
+            self._watched.add(kid)
+            task = asyncio.ensure_future(self.run_code(kid, code))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+
     async def tell_kernel(self, kernel_id: str, text: str) -> bool:
         """Write the message to the kernel's stderr (it reaches every attached frontend)."""
+        code = (
+            "import sys as _gs_sys; "
+            f"_gs_sys.stderr.write({json.dumps('[gpushare] ' + text)} + '\\n'); "
+            "_gs_sys.stderr.flush(); del _gs_sys"
+        )
+        return await self.run_code(kernel_id, code)
+
+    async def run_code(self, kernel_id: str, code: str) -> bool:
+        """Run ``code`` in the kernel, silently for the history, and wait for the reply."""
         from jupyter_client.session import Session
 
         try:
@@ -505,11 +583,6 @@ class TelemetryService:
             client = kernel.client(session=session)
         except Exception:
             return False
-        code = (
-            "import sys as _gs_sys; "
-            f"_gs_sys.stderr.write({json.dumps('[gpushare] ' + text)} + '\\n'); "
-            "_gs_sys.stderr.flush(); del _gs_sys"
-        )
         try:
             client.start_channels()
             await ensure_async(client.wait_for_ready(timeout=30))
@@ -557,13 +630,15 @@ class TelemetryService:
                 msg = json.dumps({"type": "notice", "notice": timed})
                 self.notice_messages.append(msg)
                 self.broadcast(msg)
-                self._tell_soon(notice_text(timed))
+                if timed.get("kind", "preemption") != "preemption":  # the watcher tells those
+                    self._tell_soon(notice_text(timed))
             left = timed.get("seconds_left")
             last_call = f"{key}#last"
             if (
                 isinstance(left, (int, float))
                 and 0 < left <= max(15.0, 2 * self.config.notices_interval_s)
                 and last_call not in self.seen_notices
+                and timed.get("kind", "preemption") != "preemption"
             ):
                 self.seen_notices.add(last_call)
                 self._tell_soon(notice_text(timed))
