@@ -149,7 +149,10 @@ async def test_the_limit_watchdog_stops_a_job_over_its_memory_limit(app: Any) ->
 
 
 async def test_refusals_name_the_field_and_store_nothing(app: Any) -> None:
+    outside = Path(app.jobs.user_root("bob")) / "elsewhere"
+    outside.symlink_to("/tmp")  # a link inside bob's files that leads out of them
     cases = [
+        (dict(output_path="elsewhere/x.ipynb"), "tok-bob", 400, "output_path"),
         (dict(profile="vision-1gpu"), "tok-bob", 403, "profile"),  # another team's profile
         (dict(profile="nope"), "tok-bob", 400, "profile"),
         (dict(priority="interactive"), "tok-bob", 403, "priority"),  # not allowed here
