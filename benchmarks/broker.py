@@ -259,6 +259,7 @@ async def reconcile_probe(port: int) -> dict[str, Any]:
         "reconcile_checked": (ans or {}).get("checked", status),
         "loop_hold_ms": max(during, default=float("nan")) * 1000,
         "probe_idle_p50_ms": pct(probes[:before], 50),
+        "probe_idle_max_ms": max(probes[:before], default=float("nan")) * 1000,
     }
 
 
@@ -584,6 +585,7 @@ def main() -> None:
         ("reconcile pass over every grant (s)", "reconcile_s", "{:.2f}"),
         ("  longest event-loop hold during it (ms)", "loop_hold_ms", "{:.1f}"),
         ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
+        ("  /health answer when idle, max (ms)", "probe_idle_max_ms", "{:.1f}"),
     ]
     print(f"{'':45}" + "".join(f"{n:>14}" for n in names))
     for label, key, fmt in rows:
