@@ -190,7 +190,7 @@ async def reconcile(
     for i, g in enumerate(list(broker.state.grants.values())):
         if now - g.granted_at >= min_age_s:
             by_user.setdefault(g.user, []).append(g)
-        if not i % 256:
+        if not i % 128:
             await pause()
     candidates: list[Grant] = []
     verdicts: dict[str, tuple[str, str]] = {}
@@ -253,7 +253,7 @@ async def reconcile(
 SLICE_S = 0.002
 """Seconds of work after which a reconcile pass lets the event loop serve others."""
 
-BATCH = 1000
+BATCH = 250
 """Grants (whole users' worth) handed to the holder checker at a time."""
 
 
