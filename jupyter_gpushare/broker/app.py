@@ -42,6 +42,7 @@ from .metrics import BrokerMetrics
 from .pages import page_routes
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .reconcile import HolderChecker, HubHolderChecker, reconcile
+from .reload import PolicyReloader
 from .service import Broker
 from .supervisor import alive
 
@@ -57,7 +58,7 @@ class BrokerApp(Application):
     name = "gpushare-broker"
     description = "jupyter-gpushare broker service"
 
-    classes = [BrokerLimits]
+    classes = [BrokerLimits, PolicyReloader]
 
     aliases = {
         "policy": "BrokerApp.policy_file",
@@ -350,6 +351,12 @@ class BrokerApp(Application):
             len(changes),
         )
         await self.jobs.start()
+        if self.policy_file and self.policy is None and not self.policy_factory:
+            self.reloader = PolicyReloader(
+                self.broker, self.policy_file, self.metrics.registry, parent=self
+            )
+            self.reloader.started()
+            self.ctx.reloader = self.reloader
         self.server = HTTPServer(self.web_app, xheaders=True)
         await self._listen()
         self.log.info(
@@ -358,6 +365,8 @@ class BrokerApp(Application):
         self._write_pid_file()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.culler.start()
+        if self.ctx.reloader is not None:
+            self._tasks.add(asyncio.ensure_future(self.ctx.reloader.watch()))
         if self.reconcile_on_start or self.reconcile_interval_s > 0:
             task = asyncio.ensure_future(self._reconcile_loop())
             self._tasks.add(task)
@@ -499,6 +508,11 @@ class BrokerApp(Application):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop.set)
             loop.add_signal_handler(signal.SIGUSR1, self.linger)
+            if self.ctx.reloader is not None:  # SIGHUP: read the policy file again
+                reload = self.ctx.reloader.reload
+                loop.add_signal_handler(
+                    signal.SIGHUP, lambda: asyncio.ensure_future(reload("SIGHUP"))
+                )
             watcher = asyncio.ensure_future(self._watch(stop))
             await stop.wait()
             watcher.cancel()

@@ -81,6 +81,9 @@ class BrokerBase:
         self.heartbeat_accepted_at: dict[str, float] = {}  # grant id -> broker time
         self.ledger = MonthLedger()
         self.loaded = False
+        self.policy_version = ""  # hash of the policy file's text (see .reload); "" in-process
+        # grant -> the notice that a policy change made it borrowed (preemptible)
+        self.policy_notices: dict[str, dict[str, Any]] = {}
 
     def close(self) -> None:
         """Close the fast-path connection (and its checkpoint thread)."""

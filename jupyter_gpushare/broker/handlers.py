@@ -46,6 +46,7 @@ class Context:
     reconcile_min_age_s: float = 60.0
     jobs: Any = None  # the JobManager (batch jobs), when enabled
     login: BrowserLogin | None = None  # the hub's OAuth login for browsers (None: tokens only)
+    reloader: Any = None  # the PolicyReloader (None: the policy was not read from a file)
 
 
 def _json_body(handler: web.RequestHandler) -> dict[str, Any]:
@@ -602,6 +603,31 @@ class AdminQueueHandler(BaseHandler):
         return int(raw)
 
 
+class AdminPolicyHandler(BaseHandler):
+    """``GET /admin/policy``: the version in force, when it was loaded, the last error."""
+
+    def get(self) -> None:
+        self.require(self.identity.admin, "admin only")
+        reloader = self.ctx.reloader
+        if reloader is None:
+            self.send({"path": None, "version": self.ctx.broker.policy_version,
+                       "last_result": "loaded", "last_error": None})
+            return
+        self.send(reloader.status())
+
+
+class AdminPolicyReloadHandler(BaseHandler):
+    """``POST /admin/policy/reload``: read the policy file again (the last good policy stays
+    in force if it has errors: ``last_result`` says ``error`` and ``last_error`` why)."""
+
+    async def post(self) -> None:
+        self.require(self.identity.admin, "admin only")
+        if self.ctx.reloader is None:
+            raise BrokerError(409, "the broker's policy was not read from a file")
+        status = await self.ctx.reloader.reload("POST /admin/policy/reload")
+        self.send(status, 200 if status["last_result"] != "error" else 422)
+
+
 class MetricsHandler(BaseHandler):
     def get(self) -> None:
         self.require(
@@ -620,8 +646,16 @@ class ProfilesHandler(BaseHandler):
                 "you may list only your own profiles",
             )
         teams = await self.teams_of(user)
-        profiles = self.ctx.broker.profiles_view(teams, user)
-        self.send({"user": user, "teams": list(teams), "profiles": profiles})
+        broker = self.ctx.broker
+        profiles = broker.profiles_view(teams, user)
+        self.send(
+            {
+                "user": user,
+                "teams": list(teams),
+                "profiles": profiles,
+                "policy_version": broker.policy_version,
+            }
+        )
 
 
 def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
@@ -639,6 +673,8 @@ def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]
         (base + r"/admin/nodes/([^/]+)/(drain|resume)", AdminNodeHandler),
         (base + r"/admin/reconcile", AdminReconcileHandler),
         (base + r"/admin/queue", AdminQueueHandler),
+        (base + r"/admin/policy", AdminPolicyHandler),
+        (base + r"/admin/policy/reload", AdminPolicyReloadHandler),
         (base + r"/metrics", MetricsHandler),
         (base_url.rstrip("/") + r"/metrics", MetricsHandler),
         (base + r"/policy/profiles", ProfilesHandler),

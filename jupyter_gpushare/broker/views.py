@@ -52,6 +52,12 @@ class ViewsMixin(LedgerMixin):
             if user and self.state.grants[gid].user != user:
                 continue
             out.append(self.notice_of(gid))
+        for gid, notice in list(self.policy_notices.items()):  # made borrowed by a policy change
+            if gid not in self.state.grants or (grant_id and gid != grant_id):
+                continue
+            if user and notice["user"] != user:
+                continue
+            out.append(notice)
         for gid, notice in list(self.cull_notices.items()):  # the GPU idle culler's warnings
             if gid not in self.state.grants or (grant_id and gid != grant_id):
                 continue
@@ -189,6 +195,7 @@ class ViewsMixin(LedgerMixin):
             "grant": self.grant_view(grant) if grant else None,
             "victims": list(decision.victims) if decision.outcome is Outcome.PREEMPTING else [],
             "created_at": iso(now),
+            "policy_version": self.policy_version,
         }
 
     def reclaim_deadline(self, request_id: str) -> str | None:
@@ -219,6 +226,7 @@ class ViewsMixin(LedgerMixin):
             "grant": grant,
             "victims": sorted(pend.victims) if pend else [],
             "created_at": iso(row.created_at),
+            "policy_version": self.policy_version,
         }
 
     def get_request(self, request_id: str) -> dict[str, Any] | None:
