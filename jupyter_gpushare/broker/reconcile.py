@@ -186,24 +186,42 @@ async def reconcile(
     """
     now = broker.clock()
     pause = _Pause()
-    by_user: dict[str, list[Grant]] = {}
+    # user -> their grant, or a list of them when they hold several (no list per user:
+    # 100,000 grants of as many users would make 100,000 objects for the collector)
+    by_user: dict[str, Grant | list[Grant]] = {}
     for i, g in enumerate(list(broker.state.grants.values())):
         if now - g.granted_at >= min_age_s:
-            by_user.setdefault(g.user, []).append(g)
+            had = by_user.get(g.user)
+            if had is None:
+                by_user[g.user] = g
+            elif isinstance(had, list):
+                had.append(g)
+            else:
+                by_user[g.user] = [had, g]
         if not i % 128:
             await pause()
     candidates: list[Grant] = []
     verdicts: dict[str, tuple[str, str]] = {}
     batch: list[Grant] = []
-    groups = list(by_user.values())
-    for k, group in enumerate(groups):
-        for j in range(0, len(group), BATCH):  # (a user with very many grants: in parts)
-            batch.extend(group[j : j + BATCH])
-            if len(batch) >= BATCH or (k == len(groups) - 1 and j + BATCH >= len(group)):
-                verdicts.update(await checker.check(batch))
-                candidates.extend(batch)
-                batch = []
-                await pause()
+    for held in by_user.values():
+        if isinstance(held, list):
+            for j in range(0, len(held), BATCH):  # (a user with very many grants: in parts)
+                batch.extend(held[j : j + BATCH])
+                if len(batch) >= BATCH:
+                    verdicts.update(await checker.check(batch))
+                    candidates.extend(batch)
+                    batch = []
+                    await pause()
+            continue
+        batch.append(held)
+        if len(batch) >= BATCH:
+            verdicts.update(await checker.check(batch))
+            candidates.extend(batch)
+            batch = []
+            await pause()
+    if batch:
+        verdicts.update(await checker.check(batch))
+        candidates.extend(batch)
     released = []
     unknown = 0
     for i, grant in enumerate(candidates):
