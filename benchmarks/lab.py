@@ -22,7 +22,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -70,12 +69,12 @@ def bundles(b: Any, url: str) -> dict[str, Any]:
             if "/lab/extensions/jupyter-gpushare/" in r.url else None)
     page.goto(url)
     page.wait_for_selector(".jp-gpushare-status", timeout=60000)
-    time.sleep(2)
+    page.wait_for_timeout(2000)
     start = sorted({u.rsplit("/", 1)[-1] for u in fetched})
     page.locator(".jp-gpushare-status").click()
     page.wait_for_selector(".jp-gpushare-chart", timeout=30000)
     page.locator(".lm-TabBar-tab[data-id='jp-gpushare-jobs']").click()
-    time.sleep(2)
+    page.wait_for_timeout(2000)
     after = sorted({u.rsplit("/", 1)[-1] for u in fetched} - set(start))
     ctx.close()
     static = OUT / "static"
@@ -107,14 +106,15 @@ def traffic(b: Any, url: str, seconds: float) -> dict[str, Any]:
     page.on("websocket", on_ws)
     page.goto(url)
     page.wait_for_selector(".jp-gpushare-status[data-level]", timeout=60000)
-    time.sleep(3)  # start-up reads (job list) are over
+    # Playwright delivers page events only inside its own calls: wait with it, not sleep
+    page.wait_for_timeout(3000)  # start-up reads (job list) are over
     h0, f0 = seen["http"], seen["frames"]
-    time.sleep(seconds)
+    page.wait_for_timeout(seconds * 1000)
     visible = {"http": seen["http"] - h0, "frames": seen["frames"] - f0}
     page.evaluate(HIDE)
-    time.sleep(1)
+    page.wait_for_timeout(1000)
     h1, f1 = seen["http"], seen["frames"]
-    time.sleep(seconds / 2)
+    page.wait_for_timeout(seconds * 500)
     hidden = {"http": seen["http"] - h1, "frames": seen["frames"] - f1}
     ctx.close()
     interval = 1.0

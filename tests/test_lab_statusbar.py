@@ -119,15 +119,18 @@ def test_status_bar_sends_nothing_while_the_tab_is_hidden(
     with start_lab(tmp_path, grant_env()) as lab:
         page, traffic = open_notebook(chrome, lab)
         page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=60000)
-        time.sleep(3)
+        # (Playwright delivers page events only inside its own calls: wait with it, not sleep)
+        page.wait_for_timeout(3000)
         assert traffic.frames >= 2, "the stream should deliver about one sample a second"
         # headless Chromium keeps every tab visible: hide this one as the browser would
         page.evaluate(HIDE)
-        time.sleep(0.5)
+        page.wait_for_timeout(500)
         before_req, before_frames = len(traffic.requests), traffic.frames
-        time.sleep(6)
+        received = page.evaluate("() => window.__gpushare.stream.received")
+        page.wait_for_timeout(6000)
         assert traffic.requests[before_req:] == []
         assert traffic.frames == before_frames, "messages arrived while the tab was hidden"
+        assert page.evaluate("() => window.__gpushare.stream.received") == received
         state = page.evaluate("() => window.__gpushare.stream.state")
         assert state == "paused"
         # one stream for the tab, not one per widget or per interval
@@ -150,14 +153,14 @@ def test_panel_charts_fill_from_history_and_update(
     with start_lab(tmp_path, grant_env(), args) as lab:
         page, traffic = open_notebook(chrome, lab)
         page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=60000)
-        time.sleep(4)  # some history on the server before the panel opens
+        page.wait_for_timeout(4000)  # some history on the server before the panel opens
         seen = len(traffic.requests)
         page.locator(".jp-gpushare-status").click()
         page.wait_for_selector(".jp-gpushare-chart path.series", timeout=30000)
         assert any("metrics/history" in u for u in traffic.requests[seen:]), traffic.requests
         first = page.locator(".jp-gpushare-chart path.series").first.get_attribute("d") or ""
         assert first.count("L") >= 2, "history should fill the chart when the panel opens"
-        time.sleep(3)
+        page.wait_for_timeout(3000)
         later = page.locator(".jp-gpushare-chart path.series").first.get_attribute("d") or ""
         assert later.count("L") > first.count("L"), "the chart did not grow with live samples"
         panel = page.locator(".jp-gpushare-panel")

@@ -14,6 +14,8 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
+// the styles travel in this chunk: one request less at start than a separate style module
+import '../style/base.css';
 import { gpuIcon, jobsIcon } from './icon';
 import { IJob } from './jobsapi';
 import { JobWatcher } from './jobwatch';
@@ -207,8 +209,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     // for benchmarks and browser tests: how many stream messages this tab received
     (window as unknown as Record<string, unknown>).__gpushare = { stream, notices, watcher };
-    stream.start();
-    void app.restored.then(() => watcher.start());
+    // nothing of ours competes with JupyterLab's own start-up requests
+    void app.restored.then(() => {
+      stream.start();
+      watcher.start();
+    });
   }
 };
 
