@@ -277,3 +277,31 @@ def test_gpu_hours_from_intervals(tmp_path: Any) -> None:
     b2 = Broker(small(), engine, clock=lambda: clock[0])
     b2.load()
     assert b2.team_usage("a")["pools"]["train"]["gpu_hours_month"] == pytest.approx(2.0)
+
+
+async def test_profiles_view_leaves_out_a_profile_whose_priority_the_team_may_not_use(
+    tmp_path: Any,
+) -> None:
+    """The spawn form's availability comes from ``/policy/profiles``: a team whose
+    ``priorities`` exclude a profile's own class must not be offered that profile there,
+    as the broker refuses it (core.rules) and ``Policy.offers`` leaves it out."""
+    from pathlib import Path
+
+    from jupyter_gpushare.policy import parse_policy
+
+    text = (Path(__file__).parents[1] / "hub_config" / "gpushare.yaml").read_text()
+    text = text.replace(
+        "  research:\n    groups: [research]\n",
+        "  research:\n    groups: [research]\n    priorities: [interactive, research]\n",
+    )
+    policy = parse_policy(text)
+    assert not policy.offers(policy.profile("train-1gpu"), "research")
+    app = await start_broker(policy, f"sqlite:///{tmp_path}/b.sqlite",
+                             static_tokens({"rita": ["vision", "research"]}))
+    try:  # rita is in both teams: train-1gpu is offered to her under vision only
+        view = app.broker.profiles_view(("vision", "research"))
+        by_slug = {p["slug"]: p for p in view}
+        assert set(by_slug["train-1gpu"]["availability"]) == {"vision"}
+        assert set(by_slug["inference-quarter"]["availability"]) == {"vision", "research"}
+    finally:
+        await app.stop_async()

@@ -337,7 +337,7 @@ class ViewsMixin(LedgerMixin):
             avail: dict[str, Any] = {}
             for team_name in teams:
                 team = self.policy.team(team_name)
-                if team is None or not profile.allowed_for({team_name}):
+                if team is None or not self.policy.offers(profile, team_name):
                     continue
                 quota = team.quota(profile.pool)
                 if quota is None:
