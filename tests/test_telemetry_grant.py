@@ -17,7 +17,7 @@ ENV = {
     "GPUSHARE_BORROWED": "true",
     "GPUSHARE_ENFORCEMENT": "env",
     "GPUSHARE_SIMULATED": "0",
-    "GPUSHARE_BROKER_URL": "http://127.0.0.1:8000/services/gpushare/api/v1/",
+    "GPUSHARE_BROKER_URL": "http://hub.example:18000/services/gpushare/api/v1/",
     "JUPYTERHUB_USER": "ada",
 }
 
@@ -31,7 +31,7 @@ def test_full_grant() -> None:
         25.0, 0.25, "inference-dev", "vision", "shared",
     )
     assert g.borrowed and not g.simulated
-    assert g.broker_url == "http://127.0.0.1:8000/services/gpushare/api/v1"
+    assert g.broker_url == "http://hub.example:18000/services/gpushare/api/v1"
     assert watchdog_applies(g)[0]
     assert "broker_url" not in g.to_dict()
 
