@@ -159,4 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # ``python -m jupyter_gpushare.cli``: this module runs as ``__main__``, but command modules
+    # register into the imported ``jupyter_gpushare.cli``, so its main (and registry) is used
+    from jupyter_gpushare.cli import main as _main
+
+    sys.exit(_main())

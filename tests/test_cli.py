@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -138,3 +139,13 @@ def test_policy_schema_command_writes_the_schema(tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     assert cli.main(["policy-schema", "-o", str(out)]) == 0
     assert json.loads(out.read_text()) == json_schema()
+
+
+def test_python_m_cli_lists_the_registered_subcommands() -> None:
+    """``python -m jupyter_gpushare.cli`` runs the module as ``__main__``; the subcommands
+    that command modules register into ``jupyter_gpushare.cli`` are there all the same."""
+    result = subprocess.run([sys.executable, "-m", "jupyter_gpushare.cli", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for name in ("check-policy", "policy-schema", "report", "plan", "job"):
+        assert re.search(rf"^ +{name}\b", result.stdout, re.M), (name, result.stdout)

@@ -21,7 +21,6 @@ Backend calls (process start, polls, signals, file reads) run in a worker thread
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from dataclasses import replace
@@ -52,6 +51,7 @@ log = logging.getLogger("gpushare.broker.jobs")
 
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables of the broker's environment a job inherits (never its hub token)."""
+STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
 
 
 class JobManager(JobSettings):
@@ -69,6 +69,7 @@ class JobManager(JobSettings):
         self.wake = asyncio.Event()
         self._busy: set[str] = set()  # jobs with a backend call in flight
         self._task: asyncio.Task[Any] | None = None
+        self._stopping = False
         self._real_gpus: bool | None = None
 
     # -- paths ------------------------------------------------------------------------------
@@ -87,18 +88,27 @@ class JobManager(JobSettings):
         if hasattr(self.backend, "on_exit"):  # a run that ends wakes the loop at once
             self.backend.on_exit = lambda: loop.call_soon_threadsafe(self.wake.set)
         await self.recover()
+        self._stopping = False
         self._task = asyncio.ensure_future(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        """End the loop (bounded: a cancel that races a wake-up is sent again) and close
+        the backend; runs keep going, a restarted broker finds them again."""
+        self._stopping = True
+        task, self._task = self._task, None
+        if task is not None:
+            for _ in range(STOP_TRIES):
+                task.cancel()
+                await asyncio.wait({task}, timeout=1.0)
+                if task.done():
+                    break
+            else:
+                log.error("the job loop did not stop after %d cancels", STOP_TRIES)
         self.backend.close()
 
     async def _loop(self) -> None:
         next_sweep = 0.0
-        while True:
+        while not self._stopping:
             try:
                 await self.tick()
                 now = self.broker.clock()
@@ -108,8 +118,14 @@ class JobManager(JobSettings):
             except Exception:
                 log.exception("job loop failed")
             self.wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.poll_interval_s)
+            # not asyncio.wait_for: on Python 3.11 it swallows a cancel that arrives as the
+            # wake-up completes (a run's exit wakes the loop just as stop() cancels it),
+            # and then stop() waited for ever
+            waiter = asyncio.ensure_future(self.wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=self.poll_interval_s)
+            finally:
+                waiter.cancel()
 
     def sweep(self, now: float) -> list[str]:
         """Forget the log, snapshot and checkpoints of jobs finished longer ago than
