@@ -88,12 +88,21 @@ class ViewsMixin(LedgerMixin):
             "cpu_milli": req.cpu_milli,
             "memory_mib": req.memory_mib,
             "granted_at": iso(grant.granted_at),
+            **self._lifetime(req.profile, grant.granted_at),
             "grace_period_s": grant.grace_period_s,
             "released_at": None,
             "release_reason": None,
             "preemption": {"reason": info[0], "deadline": iso(info[1])} if info else None,
             "usage": self.last_heartbeat.get(grant.id),
         }
+
+    def _lifetime(self, profile_slug: str | None, granted_at: float | None) -> dict[str, Any]:
+        """The profile's ``max_lifetime_s`` and when the server is stopped for it
+        (``ends_at``, ISO 8601); both null when the profile (now) sets no lifetime."""
+        profile = self.policy.profile(profile_slug) if profile_slug else None
+        lifetime = profile.max_lifetime_s if profile is not None else None
+        ends = granted_at + lifetime if lifetime and granted_at is not None else None
+        return {"max_lifetime_s": lifetime or None, "ends_at": iso(ends)}
 
     def _grant_view_row(self, row: Any) -> dict[str, Any]:
         spec = row.spec
@@ -116,6 +125,7 @@ class ViewsMixin(LedgerMixin):
             "cpu_milli": spec.get("cpu_milli", 0),
             "memory_mib": spec.get("memory_mib", 0),
             "granted_at": iso(row.granted_at),
+            **self._lifetime(row.profile, row.granted_at),
             "grace_period_s": row.grace_period_s,
             "released_at": iso(row.released_at),
             "release_reason": row.release_reason,
