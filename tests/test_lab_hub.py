@@ -173,6 +173,55 @@ def test_submit_dialog_runs_a_job_to_completion_and_opens_its_output(
     page.context.close()
 
 
+def test_palette_entry_opens_the_submit_dialog(hub: Hub, chrome: Any) -> None:
+    """Ctrl+Shift+C, "Submit Notebook as Batch Job…", Enter: the submit dialog for the open
+    notebook (the palette entry, not the toolbar button)."""
+    hub.spawn("alice", "debug-eighth")
+    page = login(chrome, hub, "alice", "lab/tree/work/demo.ipynb")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60000)
+    page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
+    page.keyboard.press("Control+Shift+C")
+    box = page.locator(".lm-CommandPalette-input")
+    box.wait_for(state="visible", timeout=30000)
+    box.fill("Submit Notebook as Batch Job")
+    item = page.locator(".lm-CommandPalette-item", has_text="Submit Notebook as Batch Job")
+    item.first.wait_for(timeout=30000)
+    box.press("Enter")
+    dialog = page.locator(".jp-gpushare-submit-dialog")
+    dialog.wait_for(timeout=30000)
+    text = dialog.inner_text()
+    assert "Notebook: work/demo.ipynb" in text and "Job on 1 GPU" in text, text
+    dialog.locator(".jp-mod-reject").click()
+    dialog.wait_for(state="detached", timeout=30000)
+    page.context.close()
+    hub.stop("alice")
+
+
+def test_panel_shows_the_grants_max_lifetime_and_when_it_stops(hub: Hub, chrome: Any) -> None:
+    """debug-quarter has ``max_lifetime: 10m``: the GPU panel's grant says so, with the
+    local time the server is stopped (broker grant view -> server extension -> panel)."""
+    hub.spawn("alice", "debug-quarter")
+    page = login(chrome, hub, "alice")
+    page.wait_for_function(
+        "() => (document.querySelector('.jp-gpushare-status')?.title || '')"
+        ".includes('Profile: debug-quarter')", timeout=60000)
+    page.locator(".jp-gpushare-status").click()
+    grant = page.locator(".jp-gpushare-panel .jp-gpushare-dl")
+    grant.wait_for(timeout=30000)
+    page.wait_for_function(
+        "() => document.querySelector('.jp-gpushare-panel .jp-gpushare-dl')"
+        "?.textContent.includes('Max lifetime')", timeout=60000)
+    text = grant.inner_text()
+    m = re.search(r"Max lifetime\s*10 min, stops at (\d\d):(\d\d)", text)
+    assert m, text
+    now_min = page.evaluate("() => { const d = new Date(); "
+                            "return d.getHours() * 60 + d.getMinutes(); }")
+    ahead = (int(m.group(1)) * 60 + int(m.group(2)) - now_min) % 1440
+    assert 5 <= ahead <= 11, (text, now_min)  # granted moments ago, stopped 10 min later
+    page.context.close()
+    hub.stop("alice")
+
+
 def test_refused_submission_shows_the_broker_reason(hub: Hub, chrome: Any) -> None:
     hub.spawn("alice", "debug-eighth")  # holds 1/8 of vision's 1/4 debug guarantee
     page = login(chrome, hub, "alice", "lab/tree/work/demo.ipynb")

@@ -242,9 +242,15 @@ export class GPUPanelContent {
     if (typeof bg.priority === 'string') {
       items.push(['Priority', bg.priority]);
     }
-    const life = bg.max_lifetime_s ?? bg.max_lifetime;
+    const life = bg.max_lifetime_s;
     if (typeof life === 'number') {
-      items.push(['Max lifetime', `${(life / 3600).toFixed(1)} h`]);
+      const ends = typeof bg.ends_at === 'string' ? Date.parse(bg.ends_at) : NaN;
+      items.push([
+        'Max lifetime',
+        Number.isNaN(ends) ? lifetime(life) : `${lifetime(life)}, stops at ${stopsAt(ends)}`
+      ]);
+    } else if (bg.id !== undefined) {
+      items.push(['Max lifetime', 'none: the server is not stopped for its age']);
     }
     if (typeof bg.granted_at === 'string') {
       items.push(['Granted at', new Date(bg.granted_at).toLocaleString()]);
@@ -336,4 +342,24 @@ function row(cells: string[], tag = 'td'): HTMLElement {
     tr.append(h(tag, '', c));
   }
   return tr;
+}
+
+/** "10 min", "8 h", "1.5 h", "3 d": a profile's max lifetime. */
+export function lifetime(seconds: number): string {
+  if (seconds < 3600) {
+    return `${Math.max(1, Math.round(seconds / 60))} min`;
+  }
+  if (seconds < 2 * 86400) {
+    return `${Number((seconds / 3600).toFixed(1))} h`;
+  }
+  return `${Number((seconds / 86400).toFixed(1))} d`;
+}
+
+/** "18:40" today, or "Wed 18:40" on another day (local time). */
+function stopsAt(ms: number): string {
+  const d = new Date(ms);
+  const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hour12: false });
+  return d.toDateString() === new Date().toDateString()
+    ? time
+    : `${d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'short' })} ${time}`;
 }
