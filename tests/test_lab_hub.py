@@ -177,6 +177,13 @@ def test_palette_entry_opens_the_submit_dialog(hub: Hub, chrome: Any) -> None:
     """Ctrl+Shift+C, "Submit Notebook as Batch Job…", Enter: the submit dialog for the open
     notebook (the palette entry, not the toolbar button)."""
     hub.spawn("alice", "debug-eighth")
+    try:
+        _palette_submit(chrome, hub)
+    finally:
+        hub.stop("alice")
+
+
+def _palette_submit(chrome: Any, hub: Hub) -> None:
     page = login(chrome, hub, "alice", "lab/tree/work/demo.ipynb")
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60000)
     page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
@@ -194,13 +201,19 @@ def test_palette_entry_opens_the_submit_dialog(hub: Hub, chrome: Any) -> None:
     dialog.locator(".jp-mod-reject").click()
     dialog.wait_for(state="detached", timeout=30000)
     page.context.close()
-    hub.stop("alice")
 
 
 def test_panel_shows_the_grants_max_lifetime_and_when_it_stops(hub: Hub, chrome: Any) -> None:
     """debug-quarter has ``max_lifetime: 10m``: the GPU panel's grant says so, with the
     local time the server is stopped (broker grant view -> server extension -> panel)."""
     hub.spawn("alice", "debug-quarter")
+    try:
+        _panel_lifetime(chrome, hub)
+    finally:
+        hub.stop("alice")
+
+
+def _panel_lifetime(chrome: Any, hub: Hub) -> None:
     page = login(chrome, hub, "alice")
     page.wait_for_function(
         "() => (document.querySelector('.jp-gpushare-status')?.title || '')"
@@ -219,7 +232,6 @@ def test_panel_shows_the_grants_max_lifetime_and_when_it_stops(hub: Hub, chrome:
     ahead = (int(m.group(1)) * 60 + int(m.group(2)) - now_min) % 1440
     assert 5 <= ahead <= 11, (text, now_min)  # granted moments ago, stopped 10 min later
     page.context.close()
-    hub.stop("alice")
 
 
 def test_refused_submission_shows_the_broker_reason(hub: Hub, chrome: Any) -> None:
