@@ -9,7 +9,7 @@ from sqlalchemy import and_, select
 from ..core.model import Grant
 from .base import BrokerBase
 from .db import grants_table, requests_table
-from .serial import row_to_grant
+from .serial import grant_reader
 
 
 class ConsistencyMixin(BrokerBase):
@@ -18,7 +18,8 @@ class ConsistencyMixin(BrokerBase):
     def db_live_grants(self) -> list[Grant]:
         with self.engine.connect() as conn:
             rows = conn.execute(select(grants_table).where(grants_table.c.released_at.is_(None)))
-            return [row_to_grant(r) for r in rows]
+            read = grant_reader(tuple(rows.keys()))
+            return [read(r) for r in rows]
 
     def requests_by_status(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any
@@ -45,30 +46,63 @@ def request_to_spec(req: Request) -> dict[str, Any]:
     }
 
 
+_KINDS = {k.value: k for k in Kind}
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _cached_ask(
+    whole: int, fraction_milli: int, memory_mib: Any, compute_milli: Any
+) -> GPUAsk:
+    return GPUAsk(whole, fraction_milli, memory_mib, compute_milli)
+
+
+def _gpu_ask(gpu: dict[str, Any]) -> GPUAsk:
+    """The (immutable, so shared) ``GPUAsk`` of a spec: start-up builds 100,000 of them."""
+    whole = int(gpu.get("whole", 0))
+    fraction_milli = int(gpu.get("fraction_milli", 0))
+    memory_mib = gpu.get("memory_mib")
+    compute_milli = gpu.get("compute_milli")
+    try:
+        return _cached_ask(whole, fraction_milli, memory_mib, compute_milli)
+    except TypeError:  # an unhashable value: build it as it is
+        return GPUAsk(whole, fraction_milli, memory_mib, compute_milli)
+
+
 def spec_to_request(spec: dict[str, Any]) -> Request:
-    gpu = spec["gpu"]
+    get = spec.get
+    kind = get("kind", "interactive")
     return Request(
-        id=spec["id"],
-        user=spec["user"],
-        team=spec["team"],
-        pool=spec["pool"],
-        gpu=GPUAsk(
-            whole=int(gpu.get("whole", 0)),
-            fraction_milli=int(gpu.get("fraction_milli", 0)),
-            memory_mib=gpu.get("memory_mib"),
-            compute_milli=gpu.get("compute_milli"),
-        ),
-        priority=spec["priority"],
-        kind=Kind(spec.get("kind", "interactive")),
-        holder=spec.get("holder", ""),
-        profile=spec.get("profile", ""),
-        cpu_milli=int(spec.get("cpu_milli", 0)),
-        memory_mib=int(spec.get("memory_mib", 0)),
-        gpu_models=tuple(spec.get("gpu_models", ())),
-        checkpointing=bool(spec.get("checkpointing", False)),
-        max_runtime_s=spec.get("max_runtime_s"),
-        created_at=float(spec.get("created_at", 0.0)),
+        spec["id"],
+        spec["user"],
+        spec["team"],
+        spec["pool"],
+        _gpu_ask(spec["gpu"]),
+        spec["priority"],
+        (_KINDS.get(kind) or Kind(kind)) if isinstance(kind, str) else Kind(kind),
+        get("holder", ""),
+        get("profile", ""),
+        int(get("cpu_milli", 0)),
+        int(get("memory_mib", 0)),
+        tuple(get("gpu_models", ())),
+        bool(get("checkpointing", False)),
+        get("max_runtime_s"),
+        float(get("created_at", 0.0)),
     )
+
+
+@lru_cache(maxsize=65536, typed=True)
+def _cached_slice(uuid: Any, memory_mib: int, compute_milli: int) -> GPUSlice:
+    return GPUSlice(uuid, memory_mib, compute_milli)
+
+
+def _gpu_slice(s: dict[str, Any]) -> GPUSlice:
+    uuid = s["uuid"]
+    memory_mib = int(s["memory_mib"])
+    compute_milli = int(s["compute_milli"])
+    try:
+        return _cached_slice(uuid, memory_mib, compute_milli)
+    except TypeError:
+        return GPUSlice(uuid, memory_mib, compute_milli)
 
 
 def slices_to_json(placement: Placement) -> list[dict[str, Any]]:
@@ -103,24 +137,40 @@ def grant_row(grant: Grant) -> dict[str, Any]:
 
 
 def row_to_grant(row: Any) -> Grant:
-    req = spec_to_request(row.spec)
-    placement = Placement(
-        row.node,
-        tuple(
-            GPUSlice(s["uuid"], int(s["memory_mib"]), int(s["compute_milli"])) for s in row.slices
-        ),
-    )
-    return Grant(
-        id=row.id,
-        request=req,
-        placement=placement,
-        units_milli=int(row.units_milli),
-        borrowed=bool(row.borrowed),
-        priority_value=int(row.priority_value),
-        preemptible=bool(row.preemptible),
-        granted_at=float(row.granted_at),
-        grace_period_s=int(row.grace_period_s),
-    )
+    """The grant of one row of ``grants``; for many rows, :func:`grant_reader` is faster."""
+    return grant_reader(row._fields)(row)
+
+
+_GRANT_COLUMNS = (
+    "id", "spec", "node", "slices", "units_milli", "borrowed", "priority_value", "preemptible",
+    "granted_at", "grace_period_s",
+)
+
+
+def grant_reader(fields: Sequence[str]) -> Callable[[Any], Grant]:
+    """:func:`row_to_grant` for the rows of one query with these column names.
+
+    The columns are found once by position: reading a row's attributes by name costs about
+    as much as building its grant, and start-up reads 100,000 rows.
+    """
+    at = {name: i for i, name in enumerate(fields)}
+    (i_id, i_spec, i_node, i_slices, i_units, i_borrowed, i_value, i_preemptible, i_at,
+     i_grace) = (at[name] for name in _GRANT_COLUMNS)
+
+    def read(row: Any) -> Grant:
+        return Grant(
+            row[i_id],
+            spec_to_request(row[i_spec]),
+            Placement(row[i_node], tuple([_gpu_slice(s) for s in row[i_slices]])),
+            int(row[i_units]),
+            bool(row[i_borrowed]),
+            int(row[i_value]),
+            bool(row[i_preemptible]),
+            float(row[i_at]),
+            int(row[i_grace]),
+        )
+
+    return read
 
 
 def gpus_json(policy_gpus: dict[str, Any], slices: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -64,8 +64,8 @@ class NodeState:
         return sum(1 for g in self.gpus if g.idle)
 
 
-def _capacity(gpu: GPU, pool: Pool) -> int:
-    if pool.shares_gpus:
+def _capacity(gpu: GPU, pool: Pool, shares: bool) -> int:
+    if shares:
         return int(gpu.memory_mib * (1.0 - pool.memory_headroom))
     return gpu.memory_mib
 
@@ -77,11 +77,15 @@ class ClusterState:
         self.policy = policy
         self.nodes: dict[str, NodeState] = {}
         self.by_pool: dict[str, list[NodeState]] = defaultdict(list)
+        pools: dict[str, Pool | None] = {}  # looked up once per pool, not per node
         for node in policy.nodes:
-            pool = policy.pool(node.pool)
+            if node.pool not in pools:
+                pools[node.pool] = policy.pool(node.pool)
+            pool = pools[node.pool]
             if pool is None:
                 raise ValueError(f"node {node.name} names unknown pool {node.pool!r}")
-            gpus = [GPUState(g, node.name, _capacity(g, pool)) for g in node.gpus]
+            shares = pool.shares_gpus
+            gpus = [GPUState(g, node.name, _capacity(g, pool, shares)) for g in node.gpus]
             ns = NodeState(node, pool, gpus, node.cpu_milli, node.memory_mib)
             self.nodes[node.name] = ns
             self.by_pool[node.pool].append(ns)
