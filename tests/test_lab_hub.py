@@ -17,6 +17,7 @@ from typing import Any
 import jobnotebooks as nbs
 import pytest
 from labkit import browser, chromium_available, ensure_built, lab_dirs, screenshot
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from realhub import free_port, proxy_available, real_hub
 
 REASON = chromium_available() or (
@@ -185,15 +186,22 @@ def test_palette_entry_opens_the_submit_dialog(hub: Hub, chrome: Any) -> None:
 
 def _palette_submit(chrome: Any, hub: Hub) -> None:
     page = login(chrome, hub, "alice", "lab/tree/work/demo.ipynb")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook", timeout=60000)
+    # the notebook is the current widget (the command is enabled only then)
+    page.wait_for_selector(".jp-NotebookPanel .jp-gpushare-submit-button", timeout=60000)
     page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
-    page.keyboard.press("Control+Shift+C")
-    box = page.locator(".lm-CommandPalette-input")
-    box.wait_for(state="visible", timeout=30000)
-    box.fill("Submit Notebook as Batch Job")
-    item = page.locator(".lm-CommandPalette-item", has_text="Submit Notebook as Batch Job")
-    item.first.wait_for(timeout=30000)
-    box.press("Enter")
+    item = page.locator(".lm-CommandPalette-item:not(.lm-mod-disabled)",
+                        has_text="Submit Notebook as Batch Job").first
+    for attempt in range(4):  # the modal palette closes when a toast takes the focus: again
+        page.keyboard.press("Control+Shift+C")
+        box = page.locator(".lm-CommandPalette-input")
+        box.wait_for(state="visible", timeout=30000)
+        box.fill("Submit Notebook as Batch Job")
+        try:
+            item.click(timeout=5000)
+            break
+        except PlaywrightTimeout:
+            assert attempt < 3, "the palette entry never became clickable"
+            page.keyboard.press("Escape")
     dialog = page.locator(".jp-gpushare-submit-dialog")
     dialog.wait_for(timeout=30000)
     text = dialog.inner_text()
