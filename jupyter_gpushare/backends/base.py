@@ -63,6 +63,9 @@ class RunSpec:
     max_runtime_s: int
     kernel_name: str = ""
     name: str = ""  # the notebook's name, as the user knows it (messages)
+    grant: dict[str, Any] = field(default_factory=dict)
+    """The grant's JSON view (``Broker.grant_view``): team, pool, priority, node, gpus with
+    their shares. Cluster backends translate it (account, QOS, GRES, node, Kueue queue)."""
 
 
 @dataclass(frozen=True)
@@ -104,9 +107,20 @@ class RunStatus:
 
 
 class JobBackend(ABC):
-    """Base class of batch backends (local here; Slurm, Kueue, YTsaurus elsewhere)."""
+    """Base class of batch backends (local here; Slurm, Kueue, YTsaurus elsewhere).
+
+    The broker builds its backend with :meth:`create`, given the job settings
+    (``c.JobManager.*``): a backend that is a traitlets ``Configurable`` takes its own
+    settings from the same config (``c.SlurmBackend.partition = ...``).
+    """
 
     name = "base"
+
+    @classmethod
+    def create(cls, settings: Any) -> JobBackend:
+        """Build the backend for a :class:`~jupyter_gpushare.broker.job_settings.JobSettings`
+        (the default passes it as traitlets ``parent``; override for other constructors)."""
+        return cls(parent=settings)  # type: ignore[call-arg]
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...

@@ -77,6 +77,10 @@ class LocalBackend(JobBackend):
         self._procs: dict[tuple[str, int], subprocess.Popen[bytes]] = {}
         self.on_exit: Callable[[], None] | None = None  # called (from a thread) when a run ends
 
+    @classmethod
+    def create(cls, settings: Any) -> LocalBackend:
+        return cls(settings.jobs_dir, run_as=settings.run_as)
+
     def capabilities(self) -> Capabilities:
         return Capabilities(
             name=self.name,

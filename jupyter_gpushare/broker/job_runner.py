@@ -60,11 +60,8 @@ class JobManager(JobSettings):
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.broker = broker
-        if backend is None:
-            from ..backends.local import LocalBackend
-
-            backend = LocalBackend(self.jobs_dir, run_as=self.run_as)
-        self.backend = backend
+        backend_class: type[JobBackend] = self.backend_class
+        self.backend = backend if backend is not None else backend_class.create(self)
         self.store = JobStore(broker.engine, broker.clock)
         self.wake = asyncio.Event()
         self._busy: set[str] = set()  # jobs with a backend call in flight
@@ -257,6 +254,7 @@ class JobManager(JobSettings):
             max_runtime_s=job.max_runtime_s,
             kernel_name=kernel,
             name=job.name,
+            grant=self.broker.grant_view(grant),
         )
 
     def _job_env(self, grant: Grant) -> dict[str, str]:

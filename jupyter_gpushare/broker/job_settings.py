@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import os
 
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, Type, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from ..backends.base import JobBackend
+from ..backends.local import LocalBackend
 from ..core.jobs import JobLimits
 
 
 class JobSettings(LoggingConfigurable):
     """The configurable part of :class:`~.job_runner.JobManager`."""
 
+    backend_class = Type(
+        LocalBackend,
+        klass=JobBackend,
+        config=True,
+        help="Where admitted jobs run: the class of the batch backend (a JobBackend), e.g. "
+        "'jupyter_gpushare.backends.slurm.SlurmBackend'. The default runs them as processes "
+        "on the broker's machine.",
+    )
     jobs_dir = Unicode(
         config=True,
         help="Where the local backend keeps each job's snapshot, log and checkpoint folder "
