@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import select
 
@@ -60,7 +60,7 @@ class JobManager(JobSettings):
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.broker = broker
-        backend_class: type[JobBackend] = self.backend_class
+        backend_class = cast("type[JobBackend]", self.backend_class)
         self.backend = backend if backend is not None else backend_class.create(self)
         self.store = JobStore(broker.engine, broker.clock)
         self.wake = asyncio.Event()
