@@ -27,6 +27,7 @@ COMMAND_MODULES: list[str] = [
     "jupyter_gpushare.report.command",
     "jupyter_gpushare.planner.command",
     "jupyter_gpushare.jobs_cli",
+    "jupyter_gpushare.export.command",
 ]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 
