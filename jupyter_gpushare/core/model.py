@@ -291,6 +291,17 @@ class Grant:
 
 
 @dataclass(frozen=True)
+class SlurmOptions:
+    """The policy's ``slurm:`` section: how grants become Slurm GRES.
+
+    A fraction of a GPU is asked as ``shard:K`` with K = fraction x ``shards_per_gpu``
+    (at least 1); the Slurm export writes the same count into ``gres.conf``."""
+
+    shards_per_gpu: int = 8
+    partition: str | None = None  # where batch jobs and servers go (None: Slurm's default)
+
+
+@dataclass(frozen=True)
 class Policy:
     """Everything an admin declares: inventory, pools, priorities, teams, profiles."""
 
@@ -301,6 +312,7 @@ class Policy:
     profiles: tuple[Profile, ...] = ()
     default_team: str | None = None  # team for users in no team's groups
     inventory_source: str = "static"  # static | nvml | kubernetes | simulated
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
     _index: dict[str, dict[str, object]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )

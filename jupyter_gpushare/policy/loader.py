@@ -12,7 +12,7 @@ from .inventory import Discover, check_nodes, parse_inventory
 from .issues import Collector, PolicyCheck, PolicyError, PolicyIssue
 from .profiles import Pools, parse_profiles
 from .schema import POLICY
-from .sections import declared, parse_pools, parse_priorities, parse_teams
+from .sections import declared, parse_pools, parse_priorities, parse_slurm, parse_teams
 from .yamlread import read_root
 
 log = logging.getLogger("jupyter_gpushare.policy")
@@ -47,6 +47,7 @@ def check_policy(text: str, filename: str = "<string>", discover: Discover | Non
     if not teams and not root.has("teams"):
         ctx.warn(data.line, "teams", "no teams: nobody has a quota, so no GPU can be granted")
     check_pools_and_guarantees(ctx, hw, pool_lines, teams)
+    slurm = parse_slurm(ctx, root)
     ctx.issues.sort(key=lambda i: (i.line, i.severity != "error"))
     if ctx.failed:
         return PolicyCheck(None, ctx.issues)
@@ -58,6 +59,7 @@ def check_policy(text: str, filename: str = "<string>", discover: Discover | Non
         profiles=tuple(profiles),
         default_team=default_team,
         inventory_source=source,
+        slurm=slurm,
     )
     return PolicyCheck(policy, ctx.issues)
 

@@ -193,6 +193,17 @@ MODE = Value(_choice(*(m.value for m in SharingMode)),
              {"enum": [m.value for m in SharingMode]}, "a sharing mode")
 SOURCE = Value(_choice(*INVENTORY_SOURCES), {"enum": list(INVENTORY_SOURCES)},
                "an inventory source")
+SLURM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+def _slurm_name(value: object) -> str:
+    if isinstance(value, str) and re.match(SLURM_NAME_PATTERN, value):
+        return value
+    raise UnitError("a Slurm name: letters, digits, '.', '_' or '-', such as gpu")
+
+
+SLURM_NAME = Value(_slurm_name, {"type": "string", "pattern": SLURM_NAME_PATTERN},
+                   "a Slurm partition name")
 OPTIONS = Value(lambda v: v, {"type": "object"}, "options for the discovery adapter")
 
 
@@ -349,6 +360,13 @@ PROFILE = Section("A server profile users pick", (
     _k("teams", NAMES, "teams that may use it (default: every team)"),
     _k("gpu_models", NAMES, "GPU models it may land on (default: any)"),
 ))
+SLURM = Section("How grants become Slurm requests (batch jobs and servers on Slurm)", (
+    _k("shards_per_gpu", POSITIVE_WHOLE, "GRES shards per GPU: a fraction f of a GPU is asked "
+       "as shard:K with K = f x shards_per_gpu (at least 1); the Slurm export writes the same "
+       "count into gres.conf", default=8),
+    _k("partition", SLURM_NAME, "the Slurm partition for jobs and servers (default: the "
+       "cluster's default partition)"),
+))
 POLICY = Section("jupyter-gpushare policy", (
     _k("inventory", INVENTORY, required=True),
     _k("pools", MapOf(POOL), "pools by name", required=True),
@@ -356,6 +374,7 @@ POLICY = Section("jupyter-gpushare policy", (
     _k("teams", MapOf(TEAM), "teams by name"),
     _k("default_team", TEXT, "team of users in no team's groups"),
     _k("profiles", ListOf(PROFILE), "what users pick when starting a server"),
+    _k("slurm", SLURM, "Slurm settings, for the Slurm batch backend, spawner and export"),
 ), "Who may use which GPUs, how much, and how. Check with: jupyter-gpushare check-policy FILE")
 
 

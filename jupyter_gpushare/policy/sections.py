@@ -1,12 +1,13 @@
-"""Reading the pools, priority_classes and teams sections."""
+"""Reading the pools, priority_classes, teams and slurm sections."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core.model import Pool, PoolQuota, PriorityClass, SharingMode, Team
+from ..core.model import Pool, PoolQuota, PriorityClass, SharingMode, SlurmOptions, Team
 from .fields import Fields, join, unknown_ref
 from .issues import Collector
+from .schema import SLURM
 from .yamlread import YMap
 
 
@@ -123,3 +124,13 @@ def parse_teams(ctx: Collector, root: Fields, names: Declared) -> dict[str, Team
         at.team = Team(name, groups, tuple(quotas), admins, allowed)
         teams[name] = at
     return teams
+
+
+def parse_slurm(ctx: Collector, root: Fields) -> SlurmOptions:
+    """The optional ``slurm:`` section (defaults where it or a key is absent)."""
+    body = root.map("slurm", required=False)
+    if body is None:
+        return SlurmOptions()
+    f = Fields(ctx, body, "slurm", SLURM)
+    shards = f.get("shards_per_gpu", default=SlurmOptions.shards_per_gpu)
+    return SlurmOptions(shards_per_gpu=shards, partition=f.get("partition"))
