@@ -82,7 +82,8 @@ def test_nodes_gres_and_partitions_follow_the_inventory(path: Path) -> None:
         assert part["Nodes"].split(",") == [n.name for n in policy.nodes_in(pool.name)]
         # only the teams with a quota in the pool may submit there
         assert set(part["AllowAccounts"].split(",")) == {
-            account_name(t.name, pool.name) for t in policy.teams if t.quota(pool.name)}
+            account_name(t.name, pool.name) for t in policy.teams if t.quota(pool.name)} | {
+            t.name for t in policy.teams if t.quota(pool.name)}
 
 
 @pytest.mark.parametrize("path", POLICIES, ids=lambda p: p.name)
@@ -115,6 +116,11 @@ def test_accounts_carry_guarantee_plus_borrow_and_budget(path: Path) -> None:
     assert f"sacctmgr -i add account {COHORT_ACCOUNT} " in "\n".join(cmds)
     for team in policy.teams:
         top = modify(export, "account", team.name)
+        # the team's own account: the sum over its pools
+        whole = sum((q.guaranteed_milli + q.borrow_limit_milli) // UNIT for _, q in team.quotas)
+        shared = sum(-(-(q.guaranteed_milli + q.borrow_limit_milli) * shards // UNIT)
+                     for p, q in team.quotas if policy.pool(p).shares_gpus)  # type: ignore
+        assert tres(top["GrpTRES"]) == {"gres/gpu": whole, "gres/shard": shared}
         assert set(top["QOS"].split(",")) == {c.name for c in policy.priority_classes
                                                if team.may_use_priority(c.name)}
         assert f"sacctmgr -i add account {team.name} parent={COHORT_ACCOUNT} " in "\n".join(cmds)
@@ -126,7 +132,7 @@ def test_accounts_carry_guarantee_plus_borrow_and_budget(path: Path) -> None:
             limit = quota.guaranteed_milli + quota.borrow_limit_milli
             got = tres(acct["GrpTRES"])
             if pool.shares_gpus:
-                assert got == {"gres/gpu": limit // UNIT, "gres/shard": limit * shards // UNIT}
+                assert got == {"gres/gpu": limit // UNIT, "gres/shard": -(-limit * shards // UNIT)}
             else:
                 assert got == {"gres/gpu": limit // UNIT, "gres/shard": 0}
             mins = tres(acct["GrpTRESMins"])
@@ -226,3 +232,23 @@ def test_idempotent_add_then_modify() -> None:
         if kind == "account" and name == COHORT_ACCOUNT:
             continue
         assert any(c.startswith(f"sacctmgr -i modify {kind} where name={name} ") for c in cmds)
+
+
+def test_the_policys_slurm_section() -> None:
+    text = EXAMPLE.read_text() + "\nslurm:\n  shards_per_gpu: 4\n  partition: gpushare\n"
+    export = export_slurm(parse_policy(text, "s.yaml"))
+    assert modify(export, "account", "vision_interactive")["GrpTRES"] == \
+        "gres/gpu=2,gres/shard=10"
+    assert "NodeName=lab-0 CPUs=112 RealMemory=2097152 Gres=gpu:4,shard:16" in "\n".join(
+        export.slurm_conf)
+    # a per-user cap of 1/8 GPU at 4 shards a GPU is 1 shard (rounded up), not 0
+    bob = [c for c in export.commands() if "where name=bob account=nlp_debug" in c]
+    assert "GrpTRES=gres/gpu=0,gres/shard=1" in bob[0]
+    part = [line for line in export.slurm_conf if line.startswith("PartitionName=gpushare ")]
+    assert len(part) == 1 and "Default=YES" in part[0]
+    assert settings(part[0])["AllowAccounts"] == "vision,nlp,research"
+    assert settings(part[0])["Nodes"].split(",") == [
+        n.name for n in parse_policy(text, "s.yaml").nodes]
+    # the argument still wins over the policy
+    assert "shard:32" in "\n".join(export_slurm(parse_policy(text, "s.yaml"),
+                                                shards_per_gpu=8).slurm_conf)

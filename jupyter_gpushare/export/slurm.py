@@ -150,6 +150,11 @@ class SlurmExport:
         return "\n".join(out) + "\n"
 
 
+def _shards(milli: int, shards_per_gpu: int) -> int:
+    """Shards for ``milli`` GPU units, rounded up (a fraction's ask is rounded up too)."""
+    return -(-milli * shards_per_gpu // UNIT)
+
+
 def _units(milli: int) -> str:
     return f"{milli / UNIT:g}"
 
@@ -176,10 +181,11 @@ def _limit(team: Team, pool: Pool, quota: PoolQuota, shards: int) -> _TeamPoolLi
     hours = quota.gpu_hours_per_month
     whole = limit // UNIT
     if pool.shares_gpus:
-        shard_count = limit * shards // UNIT
+        shard_count = _shards(limit, shards)
         notes.append(f"#   pool {pool.name} shares GPUs ({pool.mode.value}): fractions are "
                      f"gres/shard, {_units(limit)} x {shards} shards per GPU = {shard_count}"
-                     + ("" if limit * shards % UNIT == 0 else " (rounded down)"))
+                     + ("" if limit * shards % UNIT == 0 else
+                        " (rounded up, as a fraction's ask is)"))
         notes.append(f"#   whole GPUs in this pool: gres/gpu = {whole} (capped apart from "
                      "the shards)")
         tres: list[tuple[str, int]] = [("gres/gpu", whole), ("gres/shard", shard_count)]
@@ -206,6 +212,28 @@ def _limit(team: Team, pool: Pool, quota: PoolQuota, shards: int) -> _TeamPoolLi
     return _TeamPoolLimit(tuple(tres), tuple(mins), tuple(notes))
 
 
+def _team_total(limits: list[_TeamPoolLimit]) -> tuple[tuple[tuple[str, int], ...],
+                                                      tuple[tuple[str, int], ...]]:
+    """A team account's GrpTRES and GrpTRESMins: the sums of its pools' figures; a
+    TRES-minutes sum only where every pool that has the TRES has a budget for it."""
+    total: dict[str, int] = {}
+    mins: dict[str, int] = {}
+    unbounded: set[str] = set()
+    for lim in limits:
+        for name, value in lim.tres:
+            total[name] = total.get(name, 0) + value
+        given = dict(lim.tres_mins)
+        for name, value in lim.tres:
+            if value == 0:
+                continue
+            if name in given:
+                mins[name] = mins.get(name, 0) + given[name]
+            else:
+                unbounded.add(name)
+    return (tuple(total.items()),
+            tuple((k, v) for k, v in mins.items() if k not in unbounded))
+
+
 def _tres(items: tuple[tuple[str, int], ...], clear: tuple[str, ...]) -> str:
     """``gres/gpu=6,gres/shard=0``; TRES in ``clear`` but not in ``items`` get ``-1``
     (sacctmgr's "no limit"), so a second run removes a limit the policy dropped."""
@@ -218,6 +246,9 @@ class _Builder:
         self.policy = policy
         self.shards = shards
         self.device = device
+        section = getattr(policy, "slurm", None)
+        named = getattr(section, "partition", None)
+        self.default_partition = slurm_name(named) if named else None
         self.out = SlurmExport()
 
     # -- names -------------------------------------------------------------------------------
@@ -249,7 +280,7 @@ class _Builder:
             f"# Teams: {', '.join(t.name for t in self.policy.teams)}; pools: "
             f"{', '.join(p.name for p in self.policy.pools)}; priority classes: {classes}.",
             f"# Shards per GPU (gres/shard): {self.shards}; a fraction f of a GPU is "
-            f"round(f x {self.shards}) shards.",
+            f"ceil(f x {self.shards}) shards (at least 1).",
             "#",
             *("# " + line for line in LIMITS_NOT_EXPRESSED),
         ]
@@ -299,19 +330,35 @@ class _Builder:
                     f"RealMemory={node.memory_mib} Gres=gpu:{gpus},shard:{gpus * self.shards} "
                     f"Feature={partition_name(pool.name)} State=UNKNOWN"
                 )
-            accounts = [account_name(t.name, pool.name) for t in policy.teams
-                        if t.quota(pool.name) is not None]
+            teams = [t for t in policy.teams if t.quota(pool.name) is not None]
+            accounts = [account_name(t.name, pool.name) for t in teams]
+            accounts += [team_account(t.name) for t in teams]
             conf.append(f"# partition {partition_name(pool.name)}: the accounts of the teams "
-                        f"with a quota in pools.{pool.name} (teams.*.quotas.{pool.name})")
+                        f"with a quota in pools.{pool.name} (teams.*.quotas.{pool.name}), "
+                        "per pool and the team's own")
             if pool.mode is SharingMode.DEBUG:
                 conf.append("# (debug pool: no queue in the policy; Slurm queues, see the "
                             "header)")
+            default = " Default=YES" if self.default_partition == partition_name(pool.name) \
+                else ""
             conf.append(
                 f"PartitionName={partition_name(pool.name)} "
                 f"Nodes={_ranges([n.name for n in nodes])} "
-                f"AllowAccounts={','.join(accounts) or 'NONE'} MaxTime=INFINITE State=UP"
+                f"AllowAccounts={','.join(accounts) or 'NONE'}{default} MaxTime=INFINITE "
+                "State=UP"
             )
             conf.append("")
+        part = self.default_partition
+        if part and part not in {partition_name(p.name) for p in self.pools_with_nodes()}:
+            teams = [t for t in policy.teams if t.quotas]
+            conf.append(f"# partition {part}: slurm.partition, where the broker's jobs and "
+                        "servers go (every node; the broker picks the node, --nodelist), "
+                        "for the teams' own accounts")
+            conf.append(
+                f"PartitionName={part} Nodes={_ranges([n.name for n in policy.nodes])} "
+                f"AllowAccounts={','.join(team_account(t.name) for t in teams) or 'NONE'} "
+                "Default=YES MaxTime=INFINITE State=UP"
+            )
 
     def gres_conf(self) -> None:
         gres = self.out.gres_conf
@@ -375,13 +422,22 @@ class _Builder:
                 else "every class (teams." + team.name + ".priorities not set)"
             account = team_account(team.name)
             cmds += ["", f"# team {team.name}: QOS from {source}: {', '.join(qos) or 'none'}"]
+            limits = [(pool, _limit(team, pool, quota, self.shards))
+                      for pool, quota in self.team_quotas(team)]
+            total, total_mins = _team_total([lim for _, lim in limits])
+            cmds.append(f"# GrpTRES: sum over teams.{team.name}.quotas.*: guaranteed + "
+                        f"borrow_limit (the per-pool figures below); caps a job charged to "
+                        f"account {account} itself (a backend passing the team as --account)")
+            cmds.append(f"# GrpTRESMins: sum of teams.{team.name}.quotas.*.gpu_hours_per_month"
+                        " x 60, only for a TRES every pool of the team budgets (else -1)")
             cmds.append(f"sacctmgr -i add account {account} parent={COHORT_ACCOUNT} "
                         f"Description=team-{account}")
             cmds.append(f"sacctmgr -i modify account where name={account} set "
-                        f"QOS={qos_text}" + (f" DefaultQOS={default}" if default else ""))
-            for pool, quota in self.team_quotas(team):
+                        f"QOS={qos_text}" + (f" DefaultQOS={default}" if default else "")
+                        + f" GrpTRES={_tres(total, ('gres/gpu', 'gres/shard'))}"
+                        + f" GrpTRESMins={_tres(total_mins, ('gres/gpu', 'gres/shard'))}")
+            for pool, limit in limits:
                 sub = account_name(team.name, pool.name)
-                limit = _limit(team, pool, quota, self.shards)
                 cmds.append(f"# {team.name} in pool {pool.name}")
                 cmds += list(limit.notes)
                 cmds.append(f"sacctmgr -i add account {sub} parent={account} "
@@ -426,7 +482,7 @@ class _Builder:
                                     ".per_user_cap not set")
                     elif pool.shares_gpus:
                         tres = _tres((("gres/gpu", cap // UNIT),
-                                      ("gres/shard", cap * self.shards // UNIT)),
+                                      ("gres/shard", _shards(cap, self.shards))),
                                      ("gres/gpu", "gres/shard"))
                         cmds.append(f"# per_user_cap: teams.{team.name}.quotas.{pool.name}"
                                     f".per_user_cap ({_units(cap)}) x {self.shards} shards")
