@@ -150,6 +150,15 @@ class JobBackend(ABC):
     def fetch_output(self, handle: RunHandle) -> bytes | None:
         """The executed notebook of a run (also while it runs, as far as it got)."""
 
+    def refusal(self, spec: RunSpec) -> str | None:
+        """Why this backend can never run ``spec`` as granted (None: it can).
+
+        The broker asks before :meth:`submit`; a reason fails the job at once with it (its
+        grant released) instead of starting a run the engine would reject or misrepresent,
+        e.g. a fractional grant on an engine that allocates whole GPUs only. Pure and quick
+        (the broker calls it on its event loop): decide from ``spec`` and settings alone."""
+        return None
+
     def checkpoint_dir(self, job_id: str) -> str | None:
         """Where the job keeps its checkpoints across attempts (None: not supported)."""
         return None

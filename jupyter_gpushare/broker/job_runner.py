@@ -219,6 +219,15 @@ class JobManager(JobSettings):
         self._busy.add(job.id)
         try:
             spec = await self._call(self._run_spec, job, grant)
+            refused = self.backend.refusal(spec)
+            if refused:
+                self._busy.discard(job.id)
+                self._release(job, f"refused by the {self.backend.name} backend")
+                self.store.transition(
+                    job, JobState.FAILED, f"refused by the {self.backend.name} backend: {refused}",
+                    grant_id=None, error={"summary": refused},
+                )
+                return
             handle: RunHandle = await self._call(self.backend.submit, spec)
         except Exception as exc:  # a job that cannot start fails with the reason
             self._busy.discard(job.id)
