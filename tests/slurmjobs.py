@@ -7,7 +7,7 @@ a predicate holds (a clear error with the job and the daemons' logs otherwise).
 
 from __future__ import annotations
 
-import shlex
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,10 +34,9 @@ def job(cluster: Any, job_id: str) -> dict[str, str]:
     """``scontrol show job -o ID`` as ``{key: value}`` (empty if Slurm forgot it)."""
     out = cluster.run("scontrol", "show", "job", "-o", job_id, check=False).stdout
     fields: dict[str, str] = {}
-    for word in shlex.split(out.strip()) if out.strip() else []:
-        key, sep, value = word.partition("=")
-        if sep:
-            fields.setdefault(key, value)
+    for key, value in re.findall(r"(?:^|\s)([A-Za-z:/]+)=(.*?)(?=\s+[A-Za-z:/]+=|$)",
+                                 out.strip()):
+        fields.setdefault(key, value)
     return fields
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from slurmdb import accounting_cluster, have_slurmdbd
+from slurmjobs import cancel, job, submit, wait_job
 
 from jupyter_gpushare.core.admission import Outcome, decide
 from jupyter_gpushare.core.model import GPUAsk, Kind, Policy, Request
@@ -29,9 +31,6 @@ from jupyter_gpushare.core.rules import check_request
 from jupyter_gpushare.core.state import ClusterState
 from jupyter_gpushare.export.slurm import SlurmExport, account_name, export_slurm
 from jupyter_gpushare.policy import load_policy
-
-from slurmdb import accounting_cluster, have_slurmdbd
-from slurmjobs import cancel, job, submit, wait_job
 
 POLICY = Path(__file__).resolve().parent / "data" / "slurm_policy.yaml"
 
@@ -65,26 +64,26 @@ class Exported:
 def exported() -> Iterator[Exported]:
     policy = load_policy(POLICY)
     export = export_slurm(policy, shards_per_gpu=8)
-    holder: dict[str, Any] = {}
 
     def before_ctld(cluster: Any) -> None:
         # the exported gres.conf, with the fake devices of this cluster as File=
         gres = export_slurm(policy, shards_per_gpu=8,
                             device=str(cluster.dir) + "/{node}/dev/fakegpu{index}")
         (Path(cluster.dir) / "gres.conf").write_text("\n".join(gres.gres_conf) + "\n")
-        holder["first_run"] = apply(cluster, export)
-        # the user running the tests' jobs, in the accounts it submits to (the policy names
-        # only team admins; members are added like this)
-        cluster.run("sacctmgr", "-i", "add", "user", "root",
-                    "account=" + ",".join([account_name("vision", "train"),
-                                           account_name("vision", "interactive"),
-                                           account_name("nlp", "train")]))
 
     with accounting_cluster(shards_per_gpu=8, gpus_per_node=2, cpus_per_node=4,
                             memory_mib=4000, extra_conf=conf_for_cluster(export),
                             before_ctld=before_ctld) as (cluster, db):
         state = Exported(cluster, db, policy, export)
-        state.first_run = holder["first_run"]
+        # after slurmctld registered the cluster's TRES (gres/gpu, gres/shard) with slurmdbd:
+        # before that, sacctmgr refuses GrpTRES=gres/gpu=... ("no TRES known")
+        state.first_run = apply(cluster, export)
+        # the user running the tests' jobs, in the accounts it submits to (the policy names
+        # only team admins; members are added like this)
+        cluster.run("sacctmgr", "-i", "add", "user", "root",
+                    "account=" + ",".join([account_name("vision", "train"),
+                                           account_name("vision", "interactive"),
+                                           account_name("nlp", "train"), "vision", "nlp"]))
         yield state
 
 
@@ -97,7 +96,7 @@ def core_decision(policy: Policy, team: str, pool: str, gpu: GPUAsk, priority: s
     if refusal is not None:
         return "refused", refusal.code
     request = Request(id="r", user="u", team=team, pool=pool, gpu=gpu, priority=priority,
-                      kind=Kind.BATCH)
+                      kind=Kind.BATCH, max_runtime_s=600)  # as the jobs' --time=10
     decision = decide(ClusterState(policy, list(grants)), request, "g")
     return decision.outcome.value, decision.code
 
@@ -182,7 +181,16 @@ def test_what_the_policy_refuses_slurm_refuses(exported: Exported) -> None:
                          "interactive")[0] == "refused"
     pool = submit(c, "-A", "nlp_train", "-p", "interactive", "--qos=interactive",
                   "--gres=shard:2")
-    assert pool.job_id is None and "account" in pool.error.lower(), pool
+    try:
+        if pool.job_id is not None:  # Slurm takes it, then never runs it
+            held = wait_job(c, pool.job_id, lambda j: j.get("Reason") not in ("None", ""),
+                            timeout=30, what="held")
+            assert held["JobState"] == "PENDING", held
+            assert "account_not_permitted_to_use_this_partition" in held["Reason"], held
+        else:
+            assert "account" in pool.error.lower(), pool
+    finally:
+        cancel(c, pool.job_id)
     # fractions in the exclusive training pool (whole GPUs only): shards are capped at 0
     frac = submit(c, "-A", "vision_train", "-p", "train", "--qos=research", "--gres=shard:2")
     try:
