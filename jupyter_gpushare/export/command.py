@@ -1,4 +1,4 @@
-"""``jupyter-gpushare export kueue|slurm POLICY``: the same policy for a batch engine.
+"""``jupyter-gpushare export kueue|slurm|ytsaurus POLICY``: the same policy for a batch engine.
 
 Each target is an :class:`Exporter` (a module of this package registers one with
 :func:`exporter`); the command loads and checks the policy once (errors with file and
@@ -19,6 +19,7 @@ from ..cli import Command, register
 TARGET_MODULES = {
     "kueue": "jupyter_gpushare.export.kueue",
     "slurm": "jupyter_gpushare.export.slurm",
+    "ytsaurus": "jupyter_gpushare.export.ytsaurus",
 }
 """The export targets and the module that registers each (imported when used)."""
 
