@@ -300,6 +300,21 @@ def test_a_completed_operation_reports_the_status_row() -> None:
     assert backend.poll(handle).exit_code == 1
 
 
+def test_finished_results_kept_in_memory_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jupyter_gpushare.backends.ytsaurus as yb
+
+    monkeypatch.setattr(yb, "CACHE_SIZE", 3)
+    fake = FakeYt()
+    backend = backend_for(fake)
+    for i in range(6):
+        handle = backend.submit(run_spec(grant(1), job_id=f"j{i}"))
+        fake.operations[handle.ref["operation_id"]].state = "aborted"
+        backend.signal(handle)
+        assert backend.poll(handle).alive is False
+    assert list(backend._finished) == ["op-4", "op-5", "op-6"]
+    assert len(backend._signalled) == 3
+
+
 def test_a_vanished_operation_is_over() -> None:
     fake = FakeYt()
     status = backend_for(fake).poll(RunHandle("ytsaurus", "j1", 1, {"operation_id": "op-9"}))
@@ -355,6 +370,9 @@ def test_a_run_executes_the_notebook_and_brings_output_and_log_back(tmp_path: Pa
         assert backend.log_size("j1") == len(log)
         assert backend.read_log("j1", 10, 5) == (log[10:15], 15)
         assert b"hub-secret" not in log
+        asked = fake.calls.count("get_job_stderr op-1 op-1-job-1")
+        backend.read_log("j1")
+        assert fake.calls.count("get_job_stderr op-1 op-1-job-1") == asked  # kept: it is over
     finally:
         fake.close()
 
@@ -393,6 +411,24 @@ def test_preemption_interrupts_the_job_and_the_run_ends_terminated() -> None:
         assert status.finished and status.terminated and status.exit_code == 143, status
         assert op.state == "completed"
         assert final_state(status.exit_code, True, False) is JobState.PREEMPTED
+    finally:
+        fake.close()
+
+
+@pytest.mark.slow
+def test_an_interruption_by_yts_own_scheduler_fails_the_attempt_with_that_reason() -> None:
+    fake = FakeYt(execute=True)
+    try:
+        backend = backend_for(fake)
+        handle = backend.submit(run_spec(grant(1), notebook=nbs.sleeping(120)))
+        wait_running(fake, handle, b"sleeping")
+        op = fake.operations[handle.ref["operation_id"]]
+        fake.abort_job(op.job_id, interrupt_timeout=20000)  # YTsaurus preempts, not the broker
+        status = wait_end(backend, handle)
+        assert status.finished and status.terminated and status.exit_code == 143, status
+        assert status.error is not None
+        assert status.error["summary"].startswith("interrupted by YTsaurus, not by")
+        assert final_state(status.exit_code, False, False) is JobState.FAILED
     finally:
         fake.close()
 

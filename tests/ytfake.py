@@ -221,6 +221,7 @@ class FakeYt:
         return {"jobs": [{"id": op.job_id, "state": "running" if running else "completed"}]}
 
     def get_job_stderr(self, operation_id: str, job_id: str) -> FakeStream:
+        self.calls.append(f"get_job_stderr {operation_id} {job_id}")
         op = self.operations[operation_id]
         assert op.sandbox is not None and job_id == op.job_id
         return FakeStream((op.sandbox / "_stderr").read_bytes())

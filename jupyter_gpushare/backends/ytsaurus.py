@@ -31,6 +31,7 @@ import os
 import stat
 import threading
 from abc import ABCMeta
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,13 @@ RUNNING_STATES = frozenset({
 })
 """Operation states in which the job may still run (or is about to)."""
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})
+INTERRUPTED_BY_YT = (
+    "interrupted by YTsaurus, not by jupyter-gpushare: its scheduler preempted the job "
+    "(e.g. its pool was above its fair share while another pool starved); align the pools "
+    "with the policy (jupyter-gpushare export ytsaurus) and submit it again"
+)
+CACHE_SIZE = 512
+"""Finished operations whose result and stderr are kept in memory (they no longer change)."""
 
 
 def offline_client() -> Any:
@@ -96,6 +104,13 @@ def _is_no_such_operation(exc: BaseException) -> bool:
     check = getattr(exc, "is_no_such_operation", None)
     resolve = getattr(exc, "is_resolve_error", None)
     return bool((check and check()) or (resolve and resolve()))
+
+
+def _keep(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)
 
 
 class _Meta(MetaHasTraits, ABCMeta):
@@ -191,8 +206,9 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         super().__init__(**kwargs)
         self._client = client
         self._lock = threading.Lock()
-        self._finished: dict[str, RunStatus] = {}  # operation id -> final status
-        self._signalled: set[str] = set()
+        self._finished: OrderedDict[str, RunStatus] = OrderedDict()  # op id -> final status
+        self._stderr: OrderedDict[str, bytes] = OrderedDict()  # finished op id -> its stderr
+        self._signalled: OrderedDict[str, None] = OrderedDict()
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -349,7 +365,7 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         state = str(info.get("state") or "")
         if state in FINISHED_STATES:
             status = self._final(handle, op_id, state, info)
-            self._finished[op_id] = status
+            _keep(self._finished, op_id, status)
             return status
         if state in RUNNING_STATES:
             return RunStatus(alive=True)
@@ -366,10 +382,13 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
                 status, notebook = None, None
             if status is not None:
                 delivered = self._deliver(handle, notebook) if notebook is not None else None
+                error = status.get("error")
+                if status.get("terminated") and op_id not in self._signalled:
+                    error = dict(error or {}, summary=INTERRUPTED_BY_YT)
                 return RunStatus(
                     alive=False, finished=True,
                     exit_code=int(status.get("exit_code", 1)),
-                    error=status.get("error"),
+                    error=error,
                     output_path=delivered,
                     started_at=status.get("started_at"), ended_at=status.get("ended_at"),
                     terminated=bool(status.get("terminated")),
@@ -429,7 +448,7 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         op_id = str(handle.ref.get("operation_id") or "")
         if not op_id:
             return
-        self._signalled.add(op_id)
+        _keep(self._signalled, op_id, None)
         grace_ms = max(1, int(handle.ref.get("grace_period_s") or 0)) * 1000
         try:
             jobs = self._running_jobs(op_id)
@@ -470,18 +489,26 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
                 out.append(op_id)
         return out
 
-    def _log(self, job_id: str) -> bytes:
+    def _op_stderr(self, op_id: str) -> bytes:
+        cached = self._stderr.get(op_id)
+        if cached is not None:
+            return cached
         data = b""
-        for op_id in self._operations(job_id):
-            try:
-                found = self.client.list_jobs(op_id)
-                jobs = found.get("jobs") if isinstance(found, dict) else found
-                for job in jobs or []:
-                    stderr = self.client.get_job_stderr(op_id, str(job["id"]))
-                    data += stderr.read() if hasattr(stderr, "read") else bytes(stderr)
-            except Exception as exc:  # noqa: BLE001 - a job without stderr (yet)
-                self.log.debug("YTsaurus: no stderr of %s: %s", op_id, exc)
+        try:
+            found = self.client.list_jobs(op_id)
+            jobs = found.get("jobs") if isinstance(found, dict) else found
+            for job in jobs or []:
+                stderr = self.client.get_job_stderr(op_id, str(job["id"]))
+                data += stderr.read() if hasattr(stderr, "read") else bytes(stderr)
+        except Exception as exc:  # noqa: BLE001 - a job without stderr (yet)
+            self.log.debug("YTsaurus: no stderr of %s: %s", op_id, exc)
+            return data
+        if op_id in self._finished:  # it no longer changes
+            _keep(self._stderr, op_id, data)
         return data
+
+    def _log(self, job_id: str) -> bytes:
+        return b"".join(self._op_stderr(op_id) for op_id in self._operations(job_id))
 
     def log_size(self, job_id: str) -> int:
         return len(self._log(job_id))
@@ -501,5 +528,8 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         return notebook
 
     def forget(self, job_id: str) -> None:
+        for op_id in self._operations(job_id):
+            for cache in (self._finished, self._stderr, self._signalled):
+                cache.pop(op_id, None)
         with contextlib.suppress(Exception):
             self.client.remove(ys.job_dir(self.settings, job_id), recursive=True, force=True)
