@@ -99,8 +99,8 @@ class SlurmCluster:
         nodes: tuple[str, ...] | list[str] = ("node1", "node2", "node3"),
         gpus_per_node: int = 2,
         shards_per_gpu: int = 8,
-        cpus_per_node: int = 4,
-        memory_mib: int = 4000,
+        cpus_per_node: int = 8,
+        memory_mib: int = 64000,
         partition: str = "gpu",
         extra_conf: list[str] | None = None,
         before_ctld: Callable[[SlurmCluster], None] | None = None,
@@ -261,6 +261,7 @@ class SlurmCluster:
             "KillWait": "3",
             "MinJobAge": "600",
             "MailProg": "/bin/true",
+            "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=0",
         }
         extra: list[str] = []
         keys = {k.lower(): k for k in settings}

@@ -155,8 +155,10 @@ class JobBackend(ABC):
 
         The broker asks before :meth:`submit`; a reason fails the job at once with it (its
         grant released) instead of starting a run the engine would reject or misrepresent,
-        e.g. a fractional grant on an engine that allocates whole GPUs only. Pure and quick
-        (the broker calls it on its event loop): decide from ``spec`` and settings alone."""
+        e.g. a fractional grant on an engine that allocates whole GPUs only, or more GPUs than
+        the node has in Slurm. Called in the broker's worker thread like the other backend
+        calls, so it may ask the engine (the Slurm backend reads the cluster's nodes); keep
+        it quick."""
         return None
 
     def checkpoint_dir(self, job_id: str) -> str | None:

@@ -219,7 +219,7 @@ class JobManager(JobSettings):
         self._busy.add(job.id)
         try:
             spec = await self._call(self._run_spec, job, grant)
-            refused = self.backend.refusal(spec)
+            refused = await self._call(self.backend.refusal, spec)  # may ask the engine
             if refused:
                 self._busy.discard(job.id)
                 self._release(job, f"refused by the {self.backend.name} backend")
@@ -367,8 +367,9 @@ class JobManager(JobSettings):
                                       "reclaimed")
         elif status.finished:
             reason = (error or {}).get("summary") or f"failed (exit code {status.exit_code})"
-        else:
-            reason = f"its process ended without a result (exit code {status.exit_code})"
+        else:  # no result: the backend's reason where it has one (e.g. Slurm NODE_FAIL)
+            reason = (error or {}).get("summary") or (
+                f"its process ended without a result (exit code {status.exit_code})")
             error = error or {"summary": reason}
         hours = self._release(
             job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED

@@ -1,0 +1,441 @@
+"""The Slurm batch backend: each attempt of a job is one ``sbatch`` job.
+
+The broker admits and places the job (team quotas, priorities, the node and GPUs); this
+backend asks Slurm to run that attempt exactly there, with the grant's GRES
+(:mod:`.slurm_args` builds the command line), and reads back what Slurm and the runner say
+(:mod:`.slurm_state`). The batch script runs the same runner as the local backend
+(``python -m jupyter_gpushare.backends.papermill_run DIR``) with the same layout under
+``jobs_dir``, which must be a filesystem the broker and every node share::
+
+    <job id>/log.txt            every attempt's output (sbatch --output, appended)
+    <job id>/checkpoint/        $GPUSHARE_CHECKPOINT_DIR, kept across attempts
+    <job id>/attempt-<n>/       spec.json, input.ipynb, job.sh, launched, slurm_id,
+                                output.ipynb, status.json
+
+* **submit** is idempotent per job and attempt: the Slurm job is looked up (``slurm_id``,
+  else by its name ``gpushare-<job>-a<n>`` in ``squeue``) before anything is submitted, and
+  an attempt marked ``launched`` is never submitted again;
+* **refusal**: a request Slurm could never run (a node it does not know, more GPUs than the
+  node has, more shards than one GPU has) is refused before ``sbatch`` with the reason;
+* **poll**: ``scontrol show job`` plus the runner's ``status.json``;
+* **signal**: ``scancel --signal=TERM --full`` (the runner passes it to the kernel);
+  **kill**: SIGKILL to every step, then ``scancel``;
+* Slurm's requeue is off (``--no-requeue``): a node failure ends the attempt
+  (``NODE_FAIL``, with Slurm's reason), the broker releases the grant and decides; each
+  new attempt is a new Slurm job.
+
+Every Slurm command runs in the broker's worker thread (the broker calls backends off its
+event loop), with a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from abc import ABCMeta
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from traitlets import Bool, Float, Integer, List, Unicode
+from traitlets.config import LoggingConfigurable
+from traitlets.traitlets import MetaHasTraits
+
+from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .local import RUNNER, _with_cell_ids, _write_json
+from .slurm_args import (
+    SbatchOptions,
+    SlurmNodeInfo,
+    batch_script,
+    build_request,
+    gres_for,
+    job_name,
+    parse_node_gres,
+    parse_parsable,
+    refusal,
+    sbatch_argv,
+    scancel_argv,
+    scancel_signal_argv,
+)
+from .slurm_state import SlurmJob, parse_scontrol_job, status_from
+
+DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+               "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
+"""Grant variables Slurm sets itself on the node (from the GRES), or that name a local MPS."""
+
+
+class _Meta(MetaHasTraits, ABCMeta):
+    """JobBackend is an ABC, LoggingConfigurable a HasTraits: one metaclass for both."""
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm command failed; the message carries its stderr."""
+
+
+class SlurmBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
+    """Jobs as Slurm batch jobs on the node the broker placed them on (module docstring)."""
+
+    name = "slurm"
+
+    jobs_dir = Unicode(
+        "", config=True,
+        help="Folder on a filesystem shared by the broker and every Slurm node, for each "
+        "job's snapshot, log, checkpoints and result (default: c.JobManager.jobs_dir).",
+    )
+    partition = Unicode(
+        "", config=True,
+        help="Slurm partition for jobs (default: the policy's slurm.partition, else the "
+        "cluster's default partition).",
+    )
+    shards_per_gpu = Integer(
+        0, config=True,
+        help="GRES shards per GPU for fractions (shard:K, K = fraction x this); 0: the "
+        "policy's slurm.shards_per_gpu.",
+    )
+    sbatch = Unicode("sbatch", config=True, help="Path of sbatch.")
+    squeue = Unicode("squeue", config=True, help="Path of squeue.")
+    scontrol = Unicode("scontrol", config=True, help="Path of scontrol.")
+    scancel = Unicode("scancel", config=True, help="Path of scancel.")
+    slurm_conf = Unicode(
+        "", config=True,
+        help="SLURM_CONF for the Slurm commands (default: the broker's own SLURM_CONF, else "
+        "Slurm's built-in path).",
+    )
+    extra_sbatch_args = List(
+        Unicode(), config=True,
+        help="Further sbatch arguments for every job, e.g. ['--exclusive'] or "
+        "['--constraint=h100'] (put before the script).",
+    )
+    python = Unicode(
+        sys.executable, config=True,
+        help="Python on the nodes that has jupyter-gpushare and papermill installed (runs "
+        "the job's runner); default: the broker's own interpreter.",
+    )
+    pass_account = Bool(
+        False, config=True,
+        help="Pass the team as --account. Slurm with accounting (slurmdbd) refuses an "
+        "account it does not know: turn this on once the accounts exist (jupyter-gpushare "
+        "export slurm writes them).",
+    )
+    pass_qos = Bool(
+        False, config=True,
+        help="Pass the priority class as --qos (needs the QOS in Slurm's accounting, as "
+        "jupyter-gpushare export slurm writes them).",
+    )
+    pass_cpu_memory = Bool(
+        True, config=True,
+        help="Pass the grant's CPU cores and memory as --cpus-per-task and --mem.",
+    )
+    min_poll_interval_s = Float(
+        1.0, config=True,
+        help="Shortest time between two 'scontrol show job' calls for one job (the broker's "
+        "job loop polls more often; answers are reused in between).",
+    )
+    node_cache_s = Float(
+        30.0, config=True,
+        help="How long the node list (for refusing impossible requests) is reused.",
+    )
+    command_timeout_s = Float(30.0, config=True, help="Timeout of one Slurm command (seconds).")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        settings = self.parent
+        if not self.jobs_dir:
+            self.jobs_dir = str(getattr(settings, "jobs_dir", "") or os.path.abspath(
+                "gpushare-jobs"))
+        Path(self.jobs_dir).mkdir(parents=True, exist_ok=True)
+        self.run_as = str(getattr(settings, "run_as", "hub") or "hub")
+        broker = getattr(settings, "broker", None)
+        self.policy_getter: Callable[[], Any] | None = (
+            (lambda: broker.policy) if broker is not None else None)
+        self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
+        self._nodes: tuple[float, dict[str, SlurmNodeInfo]] | None = None
+        self._lock = threading.Lock()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            name=self.name,
+            enforces=(
+                "node placement (--nodelist: the broker's node)",
+                "whole GPUs as GRES gpu:N (Slurm sets CUDA_VISIBLE_DEVICES to the job's GPUs)",
+                "fractions as GRES shard:K (a count of a GPU's shards; Slurm sets "
+                "CUDA_VISIBLE_DEVICES and SLURM_SHARDS_ON_NODE)",
+                "framework memory caps (PyTorch, JAX, TensorFlow)",
+                "time limit (--time) with SIGTERM the grace period before it (--signal)",
+                *(("account = team (--account)",) if self.pass_account else ()),
+                *(("QOS = priority class (--qos)",) if self.pass_qos else ()),
+            ),
+            memory_isolation="framework caps (shards isolate neither memory nor compute)",
+            runs_as_user=self.run_as == "user",
+            survives_broker_restart=True,
+            own_process_group=True,
+            notes="device files are fenced only where Slurm's cgroup plugin constrains them "
+            "(ConstrainDevices=yes in cgroup.conf); without it a job sees the GPUs Slurm gave "
+            "it in CUDA_VISIBLE_DEVICES but could open the others",
+        )
+
+    # -- paths ------------------------------------------------------------------------------
+
+    def job_dir(self, job_id: str) -> Path:
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            raise ValueError(f"bad job id {job_id!r}")
+        return Path(self.jobs_dir) / job_id
+
+    def attempt_dir(self, job_id: str, attempt: int) -> Path:
+        return self.job_dir(job_id) / f"attempt-{int(attempt)}"
+
+    def checkpoint_dir(self, job_id: str) -> str:
+        return str(self.job_dir(job_id) / "checkpoint")
+
+    # -- settings from the policy -----------------------------------------------------------
+
+    def _policy_slurm(self) -> Any:
+        policy = self.policy_getter() if self.policy_getter is not None else None
+        return getattr(policy, "slurm", None)
+
+    def _shards_per_gpu(self) -> int:
+        if self.shards_per_gpu > 0:
+            return int(self.shards_per_gpu)
+        return int(getattr(self._policy_slurm(), "shards_per_gpu", 8) or 8)
+
+    def _partition(self) -> str | None:
+        return self.partition or getattr(self._policy_slurm(), "partition", None) or None
+
+    def options(self) -> SbatchOptions:
+        return SbatchOptions(
+            partition=self._partition(), pass_account=self.pass_account,
+            pass_qos=self.pass_qos, pass_cpu_memory=self.pass_cpu_memory,
+            extra_args=tuple(self.extra_sbatch_args),
+        )
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
+               if k in os.environ}
+        env.setdefault("PATH", "/usr/bin:/bin:/usr/sbin:/sbin")
+        if extra:
+            env.update(extra)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        elif "SLURM_CONF" in os.environ:
+            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        return env
+
+    def _cmd(self, argv: list[str], *, env: dict[str, str] | None = None, check: bool = True
+             ) -> subprocess.CompletedProcess[str]:
+        try:
+            done = subprocess.run(argv, env=env or self._env(), capture_output=True, text=True,
+                                  timeout=self.command_timeout_s, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmCommandError(f"{argv[0]}: {exc}") from exc
+        if check and done.returncode != 0:
+            err = (done.stderr or done.stdout).strip().splitlines()
+            raise SlurmCommandError(f"{os.path.basename(argv[0])}: "
+                                    f"{err[-1] if err else f'exit code {done.returncode}'}")
+        return done
+
+    def _show_job(self, slurm_id: str, *, fresh: bool = False) -> SlurmJob | None:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._jobs.get(slurm_id)
+        if cached is not None and not fresh and now - cached[0] < self.min_poll_interval_s:
+            return cached[1]
+        done = self._cmd([self.scontrol, "show", "job", "-o", slurm_id], check=False)
+        job = None
+        if done.returncode == 0:
+            for line in done.stdout.splitlines():
+                parsed = parse_scontrol_job(line)
+                if parsed is not None and parsed.job_id == slurm_id:
+                    job = parsed
+        elif "Invalid job id" not in done.stderr:
+            raise SlurmCommandError(f"scontrol: {done.stderr.strip()}")
+        with self._lock:
+            self._jobs[slurm_id] = (now, job)
+        return job
+
+    def _by_name(self, name: str) -> str | None:
+        """The id of the newest Slurm job named ``name`` that slurmctld still knows."""
+        done = self._cmd([self.squeue, "-h", "--states=all", f"--name={name}", "-o", "%i"],
+                         check=False)
+        ids = [w for w in done.stdout.split() if w.isdigit()]
+        return max(ids, key=int) if ids else None
+
+    def nodes(self) -> dict[str, SlurmNodeInfo]:
+        """The cluster's nodes (cached for ``node_cache_s``)."""
+        now = time.monotonic()
+        if self._nodes is not None and now - self._nodes[0] < self.node_cache_s:
+            return self._nodes[1]
+        done = self._cmd([self.scontrol, "show", "node", "-o"])
+        out: dict[str, SlurmNodeInfo] = {}
+        for line in done.stdout.splitlines():
+            fields = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
+            name = fields.get("NodeName")
+            if not name:
+                continue
+            gpus, shards = parse_node_gres(fields.get("Gres", ""))
+            parts = tuple(p for p in fields.get("Partitions", "").split(",") if p)
+            out[name] = SlurmNodeInfo(name, gpus, shards, fields.get("State", ""), parts)
+        self._nodes = (now, out)
+        return out
+
+    # -- refusing and submitting ------------------------------------------------------------
+
+    def refusal(self, spec: RunSpec) -> str | None:
+        """Why Slurm could never run ``spec`` (checked before anything is submitted)."""
+        gres = gres_for(spec.grant, self._shards_per_gpu())
+        node = str(spec.grant.get("node") or "")
+        try:
+            nodes = self.nodes()
+            if node and node not in nodes:
+                self._nodes = None
+                nodes = self.nodes()  # a node added since the last look
+        except SlurmCommandError as exc:
+            self.log.warning("cannot list Slurm nodes (%s): submitting without the check", exc)
+            return None
+        return refusal(gres, node, nodes, self._partition())
+
+    def _find(self, job_id: str, attempt: int, adir: Path) -> str | None:
+        with contextlib.suppress(OSError):
+            text = (adir / "slurm_id").read_text().strip()
+            if text.isdigit():
+                return text
+        if not (adir / "launched").exists():
+            return None
+        found = self._by_name(job_name(job_id, attempt))
+        if found:  # the broker died between sbatch and writing slurm_id
+            with contextlib.suppress(OSError):
+                (adir / "slurm_id").write_text(found)
+        return found
+
+    def _handle(self, spec: RunSpec, adir: Path, slurm_id: str | None) -> RunHandle:
+        ref: dict[str, Any] = {"dir": str(adir), "name": job_name(spec.job_id, spec.attempt)}
+        if slurm_id:
+            ref["slurm_job_id"] = slurm_id
+        return RunHandle(self.name, spec.job_id, spec.attempt, ref)
+
+    def _account(self, user: str) -> pwd.struct_passwd | None:
+        return pwd.getpwnam(user) if self.run_as == "user" else None
+
+    def submit(self, spec: RunSpec) -> RunHandle:
+        adir = self.attempt_dir(spec.job_id, spec.attempt)
+        existing = self._find(spec.job_id, spec.attempt, adir)
+        if existing or (adir / "launched").exists():
+            return self._handle(spec, adir, existing)  # never a second run of one attempt
+        account = self._account(spec.user)
+        jdir = self.job_dir(spec.job_id)
+        ckpt = Path(self.checkpoint_dir(spec.job_id))
+        adir.mkdir(parents=True, exist_ok=True)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        (adir / "input.ipynb").write_text(json.dumps(_with_cell_ids(spec.notebook)))
+        _write_json(adir / "spec.json", {
+            "job_id": spec.job_id, "attempt": spec.attempt, "parameters": spec.parameters,
+            "output_path": spec.output_path, "cwd": spec.cwd, "kernel_name": spec.kernel_name,
+            "name": spec.name or os.path.basename(spec.output_path) or spec.job_id,
+        })
+        script = adir / "job.sh"
+        script.write_text(batch_script(self.python, RUNNER, str(adir)))
+        script.chmod(0o755)
+        name = job_name(spec.job_id, spec.attempt)
+        req = build_request(name, str(script), str(jdir / "log.txt"), str(adir), spec.grant,
+                            spec.max_runtime_s, self._shards_per_gpu())
+        argv = sbatch_argv(req, self.options(), self.sbatch)
+        env = {k: v for k, v in spec.env.items() if k not in DROPPED_ENV}
+        env.update(GPUSHARE_JOB_ID=spec.job_id, GPUSHARE_JOB_ATTEMPT=str(spec.attempt),
+                   GPUSHARE_CHECKPOINT_DIR=str(ckpt), PYTHONUNBUFFERED="1")
+        if account is not None:
+            for path in (jdir, adir, ckpt):
+                os.chown(path, account.pw_uid, account.pw_gid)
+            env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
+            argv = ["runuser", "-u", account.pw_name, "--", *argv]
+        (adir / "launched").write_text("1")
+        try:
+            done = self._cmd(argv, env=self._env(env))
+            slurm_id = parse_parsable(done.stdout)
+        except (SlurmCommandError, ValueError):
+            (adir / "launched").unlink(missing_ok=True)  # nothing runs: it may be tried again
+            raise
+        (adir / "slurm_id").write_text(slurm_id)
+        self.log.info("job %s attempt %s is Slurm job %s: %s", spec.job_id, spec.attempt,
+                      slurm_id, " ".join(argv[1:-1]))
+        return self._handle(spec, adir, slurm_id)
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def _slurm_id(self, handle: RunHandle) -> str | None:
+        sid = handle.ref.get("slurm_job_id")
+        if sid:
+            return str(sid)
+        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
+        return self._find(handle.job_id, handle.attempt, adir)
+
+    def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
+        """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
+        sid = self._slurm_id(handle)
+        return self._show_job(sid, fresh=fresh) if sid else None
+
+    def poll(self, handle: RunHandle) -> RunStatus:
+        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
+        launched = (adir / "launched").exists()
+        job = self.slurm_job(handle) if launched else None
+        result: dict[str, Any] | None = None
+        with contextlib.suppress(OSError, ValueError):
+            result = json.loads((adir / "status.json").read_text())
+        if job is not None and not job.alive and result is None:
+            with contextlib.suppress(OSError, ValueError):  # written just as the job ended
+                result = json.loads((adir / "status.json").read_text())
+        return status_from(job, result, launched)
+
+    def _forget_cached(self, sid: str) -> None:
+        with self._lock:
+            self._jobs.pop(sid, None)
+
+    def signal(self, handle: RunHandle) -> None:
+        sid = self._slurm_id(handle)
+        if sid:
+            self._cmd(scancel_signal_argv(sid, self.scancel), check=False)
+            self._forget_cached(sid)
+
+    def kill(self, handle: RunHandle) -> None:
+        sid = self._slurm_id(handle)
+        if sid:
+            for argv in scancel_argv(sid, self.scancel):
+                self._cmd(argv, check=False)
+            self._forget_cached(sid)
+
+    # -- results ----------------------------------------------------------------------------
+
+    def log_size(self, job_id: str) -> int:
+        try:
+            return (self.job_dir(job_id) / "log.txt").stat().st_size
+        except OSError:
+            return 0
+
+    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
+        try:
+            with open(self.job_dir(job_id) / "log.txt", "rb") as f:
+                f.seek(max(0, offset))
+                data = f.read(max_bytes)
+        except OSError:
+            return b"", offset
+        return data, max(0, offset) + len(data)
+
+    def fetch_output(self, handle: RunHandle) -> bytes | None:
+        try:
+            return (self.attempt_dir(handle.job_id, handle.attempt) / "output.ipynb").read_bytes()
+        except OSError:
+            return None
+
+    def forget(self, job_id: str) -> None:
+        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._jobs.clear()  # the Slurm jobs go on; a restarted broker finds them

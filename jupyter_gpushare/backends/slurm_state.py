@@ -1,0 +1,137 @@
+"""What Slurm says about a job, read into a :class:`~.base.RunStatus` (pure: no I/O).
+
+The state comes from ``scontrol show job -o`` (kept by slurmctld for ``MinJobAge`` after the
+end) or ``squeue``; the runner's ``status.json`` in the attempt folder, when there, is the
+result (exit code, failing cell), since it knows what happened inside the notebook. Slurm's
+own end states without a ``status.json`` (the runner never got to write it: node failure,
+out of memory, time limit, cancelled before start) become an error whose summary names the
+Slurm state and reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .base import RunStatus
+
+ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
+                   "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT",
+                   "RESV_DEL_HOLD", "STOPPED"})
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                   "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+WHY = {
+    "COMPLETED": "the batch script ended",
+    "FAILED": "the batch script failed",
+    "CANCELLED": "the job was cancelled in Slurm",
+    "TIMEOUT": "it ran past its Slurm time limit",
+    "NODE_FAIL": "its node failed",
+    "PREEMPTED": "Slurm preempted it",
+    "OUT_OF_MEMORY": "it ran out of memory (Slurm's limit)",
+    "BOOT_FAIL": "its node failed to boot",
+    "DEADLINE": "it missed its deadline",
+}
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as ``scontrol show job -o`` prints it."""
+
+    job_id: str
+    name: str
+    state: str
+    reason: str
+    exit_code: int | None
+    signal: int | None
+    nodes: str
+    start: float | None
+    end: float | None
+    restarts: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.state in ALIVE or self.state == "COMPLETING"
+
+    @property
+    def queued(self) -> bool:
+        return self.state in ("PENDING", "CONFIGURING", "REQUEUED")
+
+
+def _time(text: str) -> float | None:
+    if not text or text in ("Unknown", "None", "N/A"):
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_scontrol_job(line: str) -> SlurmJob | None:
+    """A job from one line of ``scontrol show job -o`` (None: not a job line)."""
+    fields: dict[str, str] = {}
+    for word in line.split():  # values with spaces (paths) are not read; the first key wins
+        key, sep, value = word.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    if "JobId" not in fields:
+        return None
+    state = fields.get("JobState", "").split("+")[0]
+    code: int | None = None
+    sig: int | None = None
+    exit_text = fields.get("ExitCode", "")
+    if ":" in exit_text:
+        a, _, b = exit_text.partition(":")
+        if a.isdigit() and b.isdigit():
+            code, sig = int(a), int(b)
+    return SlurmJob(
+        job_id=fields["JobId"], name=fields.get("JobName", ""), state=state,
+        reason=fields.get("Reason", "None"), exit_code=code, signal=sig,
+        nodes=fields.get("NodeList", ""), start=_time(fields.get("StartTime", "")),
+        end=_time(fields.get("EndTime", "")),
+        restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+    )
+
+
+def slurm_summary(job: SlurmJob) -> str:
+    """``Slurm job 12 NODE_FAIL on node1: its node failed (reason: ...)``."""
+    where = f" on {job.nodes}" if job.nodes and job.nodes != "(null)" else ""
+    text = f"Slurm job {job.job_id} {job.state}{where}"
+    why = WHY.get(job.state)
+    if why:
+        text += f": {why}"
+    if job.reason and job.reason not in ("None", "(null)"):
+        text += f" (reason: {job.reason})"
+    if job.signal:
+        text += f", signal {job.signal}"
+    return text
+
+
+def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
+                launched: bool) -> RunStatus:
+    """The run's status from Slurm's view (``job``, None when slurmctld no longer knows
+    it) and the runner's ``status.json`` (``result``)."""
+    if job is None and result is None and not launched:
+        return RunStatus(alive=False, started=False)
+    if job is not None and job.state in ALIVE:
+        return RunStatus(alive=True)  # pending counts as alive: it holds its grant
+    if job is not None and job.state == "COMPLETING" and result is None:
+        return RunStatus(alive=True)  # the batch step is ending; the result comes next
+    if result is not None:
+        return RunStatus(
+            alive=False, finished=True,
+            exit_code=int(result.get("exit_code", 1)),
+            error=result.get("error"), output_path=result.get("output_path"),
+            started_at=result.get("started_at"), ended_at=result.get("ended_at"),
+            terminated=bool(result.get("terminated")),
+        )
+    if job is None:
+        return RunStatus(alive=False, exit_code=None, error={
+            "summary": "the Slurm job is gone (slurmctld no longer knows it) without a result"})
+    summary = slurm_summary(job)
+    return RunStatus(
+        alive=False, finished=False, exit_code=job.exit_code,
+        error={"summary": summary, "slurm_state": job.state, "slurm_reason": job.reason,
+               "slurm_job_id": job.job_id},
+        started_at=job.start, ended_at=job.end,
+    )
