@@ -104,6 +104,9 @@ class RunStatus:
     started_at: float | None = None
     ended_at: float | None = None
     terminated: bool = False  # the run saw SIGTERM (preemption or cancel)
+    preempted: bool = False  # the engine itself took the GPUs back (e.g. Kueue evicted it)
+    queued: bool = False  # alive, but the engine still holds it in its queue
+    reason: str = ""  # what the engine says about the run (why it waits, why it ended)
 
 
 class JobBackend(ABC):

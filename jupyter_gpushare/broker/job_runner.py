@@ -352,7 +352,7 @@ class JobManager(JobSettings):
         on the pool's queue again at once; the loop does it once for all that ended)."""
         over = bool(job.handle and job.handle.get("over_runtime"))
         state = final_state(status.exit_code if status.finished else None,
-                            job.preempt_signalled, job.cancel_requested)
+                            job.preempt_signalled or status.preempted, job.cancel_requested)
         error = status.error
         if over and not job.cancel_requested:
             state = JobState.FAILED
@@ -363,8 +363,8 @@ class JobManager(JobSettings):
         elif state is JobState.CANCELLED:
             reason = "cancelled"
         elif state is JobState.PREEMPTED:
-            reason = "preempted: " + (self._release_reason(job.grant_id) or "its grant was "
-                                      "reclaimed")
+            reason = "preempted: " + (self._release_reason(job.grant_id) or status.reason
+                                      or "its grant was reclaimed")
         elif status.finished:
             reason = (error or {}).get("summary") or f"failed (exit code {status.exit_code})"
         else:  # no result: the backend's reason where it has one (e.g. Slurm NODE_FAIL)

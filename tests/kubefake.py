@@ -1,0 +1,239 @@
+"""An in-memory stand-in for the Kubernetes API, its Job controller and Kueue.
+
+It is NOT a real API server (none can run on these machines): it implements the backend's
+small :class:`~jupyter_gpushare.backends.kube_client.KubeClient` interface and follows the
+documented semantics of what the backend relies on:
+
+* a Job is created suspended; its Kueue Workload (label ``kueue.x-k8s.io/job-uid``) waits
+  with ``QuotaReserved=False`` until :meth:`FakeKube.admit` (Kueue admits: the Job is
+  unsuspended and its controller starts one pod);
+* with ``backoffLimit: 0`` one failed pod fails the Job (``Failed``, reason
+  ``BackoffLimitExceeded``); ``activeDeadlineSeconds`` passing fails it with
+  ``DeadlineExceeded`` and its pods are deleted; success sets ``Complete``;
+* deleting a pod (:meth:`delete_pod`) is SIGTERM, then the pod is gone; a deleted running
+  pod counts as a failure of the Job;
+* Kueue preempting a workload (:meth:`evict`) sets ``Evicted``/``Preempted`` on the
+  Workload, suspends the Job again and deletes its pods;
+* deleting a Job deletes its pods, its Workload and the ConfigMaps it owns (GC).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+from typing import Any
+
+from jupyter_gpushare.backends.kube_client import AlreadyExists, KubeClient, NotFound
+
+NOW = "2026-12-01T10:00:00Z"
+LATER = "2026-12-01T10:05:00Z"
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _cond(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict:
+    return {"type": kind, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": NOW}
+
+
+class FakeKube(KubeClient):
+    """See the module docstring; ``calls`` records every call, in order."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.configmaps: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.workloads: dict[tuple[str, str], dict[str, Any]] = {}
+        self.logs: dict[str, str] = {}
+        self.calls: list[tuple[Any, ...]] = []
+        self._uids = itertools.count(1)
+        self.lock = threading.RLock()
+
+    # -- the interface ----------------------------------------------------------------------
+
+    def create_job(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            name = body["metadata"]["name"]
+            self.calls.append(("create_job", namespace, name))
+            if (namespace, name) in self.jobs:
+                raise AlreadyExists(409, f"jobs.batch {name!r} already exists")
+            job = copy.deepcopy(body)
+            uid = f"uid-{next(self._uids)}"
+            job["metadata"].update(uid=uid, creationTimestamp=NOW, namespace=namespace)
+            job["status"] = {}
+            self.jobs[namespace, name] = job
+            self.workloads[namespace, f"job-{name}"] = {
+                "metadata": {"name": f"job-{name}", "labels": {"kueue.x-k8s.io/job-uid": uid}},
+                "status": {"conditions": [_cond(
+                    "QuotaReserved", "False", "Pending",
+                    "couldn't assign flavors to pod set main: insufficient unused quota")]},
+            }
+            return copy.deepcopy(job)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            self.calls.append(("get_job", namespace, name))
+            job = self.jobs.get((namespace, name))
+            return copy.deepcopy(job) if job else None
+
+    def delete_job(self, namespace: str, name: str, *, propagation: str = "Foreground",
+                   grace_s: int | None = None) -> None:
+        with self.lock:
+            self.calls.append(("delete_job", namespace, name, propagation, grace_s))
+            job = self.jobs.pop((namespace, name), None)
+            if job is None:
+                return
+            uid = job["metadata"]["uid"]
+            for key, pod in list(self.pods.items()):
+                if pod["metadata"]["labels"].get("job-name") == name:
+                    del self.pods[key]
+            for key, wl in list(self.workloads.items()):
+                if wl["metadata"]["labels"].get("kueue.x-k8s.io/job-uid") == uid:
+                    del self.workloads[key]
+            for key, cm in list(self.configmaps.items()):
+                owners = cm["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    del self.configmaps[key]
+
+    def list_jobs(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(j) for (ns, _), j in self.jobs.items()
+                    if ns == namespace and _matches(j, selector)]
+
+    def create_configmap(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            name = body["metadata"]["name"]
+            self.calls.append(("create_configmap", namespace, name))
+            if (namespace, name) in self.configmaps:
+                raise AlreadyExists(409, f"configmaps {name!r} already exists")
+            self.configmaps[namespace, name] = copy.deepcopy(body)
+            return copy.deepcopy(body)
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        with self.lock:
+            self.calls.append(("delete_configmap", namespace, name))
+            self.configmaps.pop((namespace, name), None)
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(p) for (ns, _), p in self.pods.items()
+                    if ns == namespace and _matches(p, selector)]
+
+    def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
+        """SIGTERM, the grace period, the pod is gone; the Job counts a failure."""
+        with self.lock:
+            self.calls.append(("delete_pod", namespace, name, grace_s))
+            pod = self.pods.pop((namespace, name), None)
+            if pod is None:
+                return
+            if pod["status"]["phase"] == "Running":
+                self._job_failed(namespace, pod["metadata"]["labels"]["job-name"],
+                                 "BackoffLimitExceeded", "Job has reached the specified "
+                                 "backoff limit")
+
+    def read_pod_log(self, namespace: str, name: str, container: str) -> str:
+        with self.lock:
+            if (namespace, name) not in self.pods:
+                raise NotFound(404, f"pods {name!r} not found")
+            return self.logs.get(name, "")
+
+    def list_workloads(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(w) for (ns, _), w in self.workloads.items()
+                    if ns == namespace and _matches(w, selector)]
+
+    # -- what Kueue, the Job controller and the kubelet do ----------------------------------
+
+    def _job(self, name: str, namespace: str = "jupyterhub") -> dict[str, Any]:
+        return self.jobs[namespace, name]
+
+    def _workload(self, job: dict[str, Any]) -> dict[str, Any]:
+        uid = job["metadata"]["uid"]
+        return next(w for w in self.workloads.values()
+                    if w["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == uid)
+
+    def admit(self, name: str, namespace: str = "jupyterhub", log: str = "") -> str:
+        """Kueue admits the Job; its controller starts a pod (returns the pod's name)."""
+        with self.lock:
+            job = self._job(name, namespace)
+            wl = self._workload(job)
+            wl["status"]["conditions"] = [_cond("QuotaReserved", reason="QuotaReserved"),
+                                          _cond("Admitted", reason="Admitted")]
+            job["spec"]["suspend"] = False
+            job["status"] = {"startTime": NOW, "active": 1}
+            pod_name = f"{name}-{len(self.pods) + 1:05d}"
+            template = job["spec"]["template"]
+            labels = {**template["metadata"]["labels"], "job-name": name}
+            self.pods[namespace, pod_name] = {
+                "metadata": {"name": pod_name, "labels": labels, "creationTimestamp": NOW},
+                "spec": copy.deepcopy(template["spec"]),
+                "status": {"phase": "Running", "containerStatuses": [
+                    {"name": "notebook", "state": {"running": {"startedAt": NOW}}}]},
+            }
+            self.logs[pod_name] = log
+            return pod_name
+
+    def finish(self, name: str, exit_code: int, message: dict[str, Any] | None = None,
+               reason: str = "", namespace: str = "jupyterhub") -> None:
+        """The pod's container ends with ``exit_code`` and termination ``message``."""
+        with self.lock:
+            job = self._job(name, namespace)
+            for pod in self.pods.values():
+                if pod["metadata"]["labels"]["job-name"] != name:
+                    continue
+                pod["status"]["phase"] = "Succeeded" if exit_code == 0 else "Failed"
+                pod["status"]["containerStatuses"][0]["state"] = {"terminated": {
+                    "exitCode": exit_code, "reason": reason or ("Completed" if exit_code == 0
+                                                                else "Error"),
+                    "message": json.dumps(message) if message is not None else "",
+                    "finishedAt": LATER}}
+            if exit_code == 0:
+                job["status"] = {"startTime": NOW, "completionTime": LATER, "succeeded": 1,
+                                 "conditions": [_cond("SuccessCriteriaMet"),
+                                                _cond("Complete")]}
+            else:
+                self._job_failed(namespace, name, "BackoffLimitExceeded",
+                                 "Job has reached the specified backoff limit")
+
+    def _job_failed(self, namespace: str, name: str, reason: str, message: str) -> None:
+        job = self.jobs.get((namespace, name))
+        if job is None:
+            return
+        job["status"] = {"startTime": job["status"].get("startTime"), "failed": 1,
+                         "conditions": [_cond("FailureTarget", reason=reason, message=message),
+                                        _cond("Failed", reason=reason, message=message)]}
+
+    def pass_deadline(self, name: str, namespace: str = "jupyterhub") -> None:
+        """``activeDeadlineSeconds`` passed: the pods are deleted, the Job fails."""
+        with self.lock:
+            for key, pod in list(self.pods.items()):
+                if pod["metadata"]["labels"]["job-name"] == name:
+                    del self.pods[key]
+            self._job_failed(namespace, name, "DeadlineExceeded",
+                             "Job was active longer than specified deadline")
+
+    def evict(self, name: str, namespace: str = "jupyterhub") -> None:
+        """Kueue preempts the workload to reclaim its ClusterQueue's quota in the cohort."""
+        with self.lock:
+            job = self._job(name, namespace)
+            wl = self._workload(job)
+            msg = "Preempted to accommodate a workload (UID: w-9) due to reclamation within " \
+                  "the cohort"
+            wl["status"]["conditions"] = [
+                _cond("QuotaReserved", "False", "Pending", "evicted"),
+                _cond("Evicted", reason="Preempted", message=msg),
+                _cond("Preempted", reason="InCohortReclamation", message=msg)]
+            job["spec"]["suspend"] = True
+            job["status"] = {"conditions": [_cond("Suspended", reason="JobSuspended")]}
+            for key, pod in list(self.pods.items()):
+                if pod["metadata"]["labels"]["job-name"] == name:
+                    del self.pods[key]

@@ -1,0 +1,272 @@
+"""KubeJobsBackend against an in-memory stand-in of the Kubernetes API, its Job controller and
+Kueue (``kubefake.FakeKube``: documented semantics, NOT a real API server; none can run here).
+
+What is real: the backend, the manifests it sends (checked with kubernetes-validate), the
+broker driving it (last test). What is not: the cluster's behaviour, modelled by the fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import jobnotebooks as nbs
+import kubernetes_validate
+import pytest
+from brokerkit import call, start_broker, static_tokens
+from kubefake import FakeKube
+from kubejobkit import run_spec
+from traitlets.config import Config
+
+from jupyter_gpushare.backends.base import RunHandle
+from jupyter_gpushare.backends.kube import KubeJobsBackend
+from jupyter_gpushare.policy import load_policy
+
+NAME = "gpushare-job-0123456789abcdef0123-a1"
+
+
+@pytest.fixture
+def fake() -> FakeKube:
+    return FakeKube()
+
+
+@pytest.fixture
+def backend(fake: FakeKube) -> KubeJobsBackend:
+    b = KubeJobsBackend(client=fake)
+    b.user_root = lambda user: "/home/ada"
+    return b
+
+
+def submitted(backend: KubeJobsBackend, **over: Any) -> RunHandle:
+    return backend.submit(run_spec(over.pop("kind", "whole"), **over))
+
+
+def test_submit_creates_a_suspended_job_and_its_configmap_once(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    assert handle.backend == "kubernetes" and handle.ref["name"] == NAME
+    job = fake.jobs["jupyterhub", NAME]
+    cm = fake.configmaps["jupyterhub", NAME]
+    kubernetes_validate.validate({k: v for k, v in job.items() if k != "status"}, "1.30.0",
+                                 strict=True)
+    kubernetes_validate.validate(cm, "1.30.0", strict=True)
+    assert job["spec"]["suspend"] is True
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    # the output path is the user's, relative to their files, inside the pod's home
+    assert handle.ref["output_path"] == "/home/jovyan/runs/out.ipynb"
+    again = submitted(backend)
+    assert again == handle
+    assert len(fake.jobs) == 1 and len(fake.configmaps) == 1
+    other = submitted(backend, attempt=2)
+    assert other.ref["name"] != handle.ref["name"] and len(fake.jobs) == 2
+
+
+def test_a_configmap_failure_removes_the_job(backend: KubeJobsBackend, fake: FakeKube) -> None:
+    def broken(namespace: str, body: dict) -> dict:
+        raise RuntimeError("etcd is full")
+
+    fake.create_configmap = broken  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="etcd"):
+        submitted(backend)
+    assert fake.jobs == {}
+
+
+def test_states_from_queued_to_complete(backend: KubeJobsBackend, fake: FakeKube) -> None:
+    handle = submitted(backend)
+    queued = backend.poll(handle)
+    assert queued.alive is True and queued.queued is True
+    assert "insufficient unused quota" in queued.reason
+    fake.admit(NAME)
+    running = backend.poll(handle)
+    assert running.alive is True and not running.queued and running.started_at
+    fake.finish(NAME, 0, {"exit_code": 0, "error": None, "terminated": False,
+                          "output_path": "/home/jovyan/runs/out.ipynb"})
+    done = backend.poll(handle)
+    assert done.finished and done.exit_code == 0 and done.alive is False
+    assert done.output_path == "/home/jovyan/runs/out.ipynb"
+    assert done.ended_at and done.ended_at > done.started_at  # type: ignore[operator]
+
+
+def test_a_failed_cell_comes_back_from_the_termination_message(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    fake.admit(NAME)
+    error = {"summary": "ZeroDivisionError in cell 2", "ename": "ZeroDivisionError",
+             "cell_index": 1}
+    fake.finish(NAME, 1, {"exit_code": 1, "error": error, "terminated": False})
+    status = backend.poll(handle)
+    assert status.finished and status.exit_code == 1
+    assert status.error == error and status.reason == "BackoffLimitExceeded"
+    assert not status.preempted
+
+
+def test_oom_and_deadline_are_said_so(backend: KubeJobsBackend, fake: FakeKube) -> None:
+    handle = submitted(backend)
+    fake.admit(NAME)
+    fake.finish(NAME, 137, None, reason="OOMKilled")
+    status = backend.poll(handle)
+    assert status.exit_code == 137 and "out of memory" in status.error["summary"]  # type: ignore[index]
+    second = submitted(backend, attempt=2)
+    fake.admit(second.ref["name"])
+    fake.pass_deadline(second.ref["name"])
+    late = backend.poll(second)
+    assert late.finished and late.exit_code == 1 and late.reason == "DeadlineExceeded"
+    assert "maximum runtime" in late.error["summary"]  # type: ignore[index]
+
+
+def test_kueue_preemption_is_preempted_and_the_job_is_not_left_to_restart(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    fake.admit(NAME)
+    fake.evict(NAME)
+    status = backend.poll(handle)
+    assert status.preempted and status.finished and status.exit_code is None
+    assert "reclamation within the cohort" in status.reason
+    assert ("jupyterhub", NAME) not in fake.jobs  # Kueue cannot readmit it on its own
+
+
+def test_a_pod_evicted_by_the_cluster_is_preempted(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    pod = fake.admit(NAME)
+    fake.pods["jupyterhub", pod]["status"]["conditions"] = [{
+        "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+        "message": "preempted by a higher-priority pod"}]
+    status = backend.poll(handle)
+    assert status.preempted and "higher-priority" in status.reason
+
+
+def test_signal_deletes_the_pod_with_the_grace_period_kill_deletes_the_job(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    pod = fake.admit(NAME, log="--- started ---\nstep 1\n")
+    backend.signal(handle)
+    assert ("delete_pod", "jupyterhub", pod, 120) in fake.calls  # the grant's grace period
+    after = backend.poll(handle)
+    assert after.finished and after.exit_code is None  # the broker: preempted or cancelled
+    data, _ = backend.read_log(handle.job_id)
+    assert b"step 1" in data  # read before the pod went
+    backend.kill(handle)
+    assert ("delete_job", "jupyterhub", NAME, "Foreground", 0) in fake.calls
+    assert backend.poll(handle).alive is False
+    assert fake.configmaps == {}
+
+
+def test_signal_of_a_job_still_in_the_queue_deletes_it(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    handle = submitted(backend)
+    backend.signal(handle)
+    assert fake.jobs == {}
+    assert backend.poll(handle).alive is False
+
+
+def test_logs_of_every_attempt_with_offsets_and_forget(
+    backend: KubeJobsBackend, fake: FakeKube
+) -> None:
+    first = submitted(backend)
+    fake.admit(NAME, log="attempt one\n")
+    fake.finish(NAME, 1, {"exit_code": 143, "terminated": True, "error": None})
+    second = submitted(backend, attempt=2)
+    fake.admit(second.ref["name"], log="attempt two\n")
+    data, end = backend.read_log(first.job_id)
+    assert data == b"attempt one\nattempt two\n" and end == len(data)
+    assert backend.log_size(first.job_id) == len(data)
+    tail, end2 = backend.read_log(first.job_id, offset=12, max_bytes=7)
+    assert tail == b"attempt" and end2 == 19
+    backend.forget(first.job_id)
+    assert fake.jobs == {} and backend.read_log(first.job_id) == (b"", 0)
+
+
+def test_settings_reach_the_manifest(fake: FakeKube) -> None:
+    config = Config()
+    config.KubeJobsBackend.namespace = "ml-jobs"
+    config.KubeJobsBackend.gpu_backend = "hami"
+    config.KubeJobsBackend.pvc_name_template = "home-{username}"
+    config.KubeJobsBackend.image = "example.org/nb:1"
+    b = KubeJobsBackend(client=fake, config=config)
+    handle = b.submit(run_spec("fraction"))
+    job = fake.jobs["ml-jobs", handle.ref["name"]]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["schedulerName"] == "hami-scheduler"
+    assert pod["containers"][0]["image"] == "example.org/nb:1"
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"].startswith("home-ada")
+    assert b.capabilities().memory_isolation == "hard (HAMi)"
+
+
+# ------------------------------------------------------------------ through the real broker
+
+POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
+SHARED: dict[str, FakeKube] = {}
+
+
+class FakeClusterBackend(KubeJobsBackend):
+    """The Kubernetes backend, talking to the test's FakeKube."""
+
+    @classmethod
+    def create(cls, settings: Any) -> KubeJobsBackend:
+        backend = super().create(settings)
+        backend.client = SHARED["fake"]
+        return backend
+
+
+async def _wait(app: Any, job_id: str, pred: Any, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        _, now = await call(app, "GET", f"/jobs/{job_id}", "tok-alice")
+        if pred(now):
+            return now
+        assert time.monotonic() < deadline, now
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.slow
+async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) -> None:
+    fake = SHARED["fake"] = FakeKube()
+    config = Config()
+    config.JobManager.backend_class = FakeClusterBackend
+    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
+    config.JobManager.poll_interval_s = 0.05
+    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
+                             static_tokens({"alice": ["vision"]}), config=config)
+    try:
+        status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
+            "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 300,
+            "output_path": "results/run.ipynb", "checkpointing": True,
+        })
+        assert status == 201, job
+        await _wait(app, job["id"], lambda j: j["state"] == "running")
+        name = f"gpushare-{job['id']}-a1"
+        kube_job = fake.jobs["jupyterhub", name]
+        labels = kube_job["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/queue-name"] == "gpushare-vision"
+        assert labels["kueue.x-k8s.io/priority-class"] == "gpushare-research"
+        assert kube_job["spec"]["activeDeadlineSeconds"] == 300
+        container = kube_job["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"][-1].endswith(f"/{job['id']}/attempt-1")
+        assert fake.configmaps["jupyterhub", name]
+        # Kueue admits it, then takes the GPUs back for another team: preempted, requeued
+        fake.admit(name)
+        fake.evict(name)
+        again = await _wait(app, job["id"], lambda j: j["attempt"] >= 2
+                            and j["state"] == "running")
+        assert ("jupyterhub", name) not in fake.jobs
+        second = f"gpushare-{job['id']}-a2"
+        fake.admit(second)
+        fake.finish(second, 0, {"exit_code": 0, "error": None, "terminated": False,
+                                "output_path": "/home/jovyan/results/run.ipynb"})
+        done = await _wait(app, job["id"], lambda j: j["state"] in ("succeeded", "failed"))
+        assert done["state"] == "succeeded", done
+        assert again["attempt"] == 2
+        _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
+        assert any("preempted" in (e.get("reason") or e.get("message") or "")
+                   for e in events["events"]), events
+    finally:
+        await app.stop_async()
