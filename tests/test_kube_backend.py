@@ -270,3 +270,56 @@ async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) ->
                    for e in events["events"]), events
     finally:
         await app.stop_async()
+
+
+# ------------------------------------------------------------------ the config to copy
+
+HUB_CONFIG = Path(__file__).resolve().parent.parent / "hub_config"
+
+
+@pytest.mark.slow
+async def test_the_z2jh_values_broker_config_builds_the_kube_backend(tmp_path: Path) -> None:
+    """The broker config in hub_config/z2jh-values.yaml, loaded as the broker loads it
+    (--BrokerApp.config_file), gives the broker a KubeJobsBackend for its jobs."""
+    import yaml
+    from traitlets.config.loader import PyFileConfigLoader
+
+    values = yaml.safe_load((HUB_CONFIG / "z2jh-values.yaml").read_text())
+    files = values["hub"]["extraFiles"]
+    path = files["gpushare-broker-config"]["mountPath"]
+    assert f"--BrokerApp.config_file={path}" in values["hub"]["extraConfig"]["gpushare"]
+    local = tmp_path / "broker_config.py"
+    local.write_text(files["gpushare-broker-config"]["stringData"])
+    config = PyFileConfigLoader(local.name, path=str(tmp_path)).load_config()
+    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
+    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
+                             static_tokens({"alice": ["vision"]}), config=config)
+    try:
+        backend = app.jobs.backend
+        assert isinstance(backend, KubeJobsBackend)
+        assert backend.namespace == "jhub" and backend.gpu_backend == "hami"
+        assert backend.template().storage.pvc_name_template == "claim-{username}{servername}"
+        assert backend.user_root is not None and backend.gpu_memory is not None
+        assert backend.gpu_memory()  # the policy's GPUs, for the memory caps
+    finally:
+        await app.stop_async()
+
+
+def test_the_rbac_file_grants_what_the_client_calls_and_is_valid() -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all((HUB_CONFIG / "kube-jobs-rbac.yaml").read_text()))
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.30.0", strict=True)
+    role = next(d for d in docs if d["kind"] == "Role")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    needed = {  # AsyncKubeClient's calls
+        ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "list"),
+        ("batch", "jobs", "delete"), ("", "configmaps", "create"), ("", "configmaps", "delete"),
+        ("", "pods", "list"), ("", "pods", "delete"), ("", "pods/log", "get"),
+        ("kueue.x-k8s.io", "workloads", "list"),
+    }
+    assert needed <= granted, needed - granted
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    assert binding["subjects"][0]["name"] == "hub"  # z2jh's hub service account

@@ -242,7 +242,10 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         template = self.template()
         rel = self.output_relpath(spec)
         gpu_memory = self.gpu_memory() if self.gpu_memory is not None else None
-        job = job_manifest(spec, rel, template, gpu_memory)
+        warnings: list[str] = []
+        job = job_manifest(spec, rel, template, gpu_memory, warnings)
+        for warning in warnings:
+            self.log.warning("gpushare job %s: %s", spec.job_id, warning)
         configmap = configmap_manifest(spec, rel, template)  # refuses a too big snapshot
         name = job["metadata"]["name"]
         ns = template.namespace

@@ -285,9 +285,11 @@ def _resources(grant: GrantInfo, frag: enforcement.PodFragment,
 def job_manifest(
     spec: RunSpec, output_relpath: str, template: JobTemplate,
     gpu_total_mib: Mapping[str, int] | None = None,
+    warnings: list[str] | None = None,
 ) -> dict[str, Any]:
     """The suspended ``batch/v1`` Job of one attempt (see the module docstring);
-    ``gpu_total_mib``: each GPU's memory by uuid (the policy's), for the memory caps."""
+    ``gpu_total_mib``: each GPU's memory by uuid (the policy's), for the memory caps;
+    ``warnings`` gets what the enforcement cannot hold (e.g. time-slicing's memory)."""
     grant = GrantInfo.from_json(spec.grant)
     backend = gpu_backend_for(grant.pool, template)
     frag = enforcement.pod_fragment(
@@ -299,6 +301,8 @@ def job_manifest(
         mig_profile=template.mig_profile or None,
         gpu_total_mib=gpu_total_mib,
     )
+    if warnings is not None:
+        warnings.extend(frag.warnings)
     paths = pod_paths(spec, output_relpath, template)
     name = object_name(spec.job_id, spec.attempt)
     labels = _labels(spec, grant, template)
