@@ -185,6 +185,19 @@ def test_logs_of_every_attempt_with_offsets_and_forget(
     assert fake.jobs == {} and backend.read_log(first.job_id) == (b"", 0)
 
 
+def test_grants_the_pods_could_not_hold_are_refused_before_submit(fake: FakeKube) -> None:
+    whole = KubeJobsBackend(client=fake)
+    reason = whole.refusal(run_spec("fraction"))
+    assert reason and "0.25 of a GPU" in reason and "whole GPUs" in reason
+    assert whole.refusal(run_spec("whole")) is None
+    hami = KubeJobsBackend(client=fake, gpu_backend="hami")
+    assert hami.refusal(run_spec("fraction")) is None
+    mig = KubeJobsBackend(client=fake, gpu_backend="mig")
+    assert "MIG profile" in (mig.refusal(run_spec("whole")) or "")
+    assert mig.refusal(run_spec("mig")) is None
+    assert fake.calls == []  # decided from the spec and settings alone
+
+
 def test_settings_reach_the_manifest(fake: FakeKube) -> None:
     config = Config()
     config.KubeJobsBackend.namespace = "ml-jobs"

@@ -51,6 +51,7 @@ from .kube_objects import (
     Storage,
     attempt_selector,
     configmap_manifest,
+    gpu_backend_for,
     job_manifest,
     job_selector,
     object_name,
@@ -237,6 +238,27 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         else:
             rel = os.path.basename(spec.output_path)
         return rel.replace(os.sep, "/")
+
+    def refusal(self, spec: RunSpec) -> str | None:
+        """A grant the pods could not hold as granted: a fraction with the ``whole``
+        backend (it would take a whole GPU the broker counts as partly free), or one the
+        Job cannot be built for (a MIG grant naming no profile, output outside the user's
+        files, static storage without its PVC)."""
+        from ..broker.client import GrantInfo
+
+        template = self.template()
+        grant = GrantInfo.from_json(spec.grant)
+        try:
+            backend = gpu_backend_for(grant.pool, template)
+            if backend == "whole" and len(grant.gpus) == 1 and grant.units < 1:
+                return (f"this grant is {grant.units:g} of a GPU, but jobs in pool "
+                        f"{grant.pool} get whole GPUs (c.KubeJobsBackend.gpu_backend = "
+                        "'whole'); use a whole-GPU profile, or a sharing backend (hami, mig, "
+                        "kai, timeslice) for the pool")
+            job_manifest(spec, self.output_relpath(spec), template)
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     def submit(self, spec: RunSpec) -> RunHandle:
         template = self.template()
