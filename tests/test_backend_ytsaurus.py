@@ -11,8 +11,12 @@ cluster would add (pools, trees, GPU allocation, images, its own preemption) is 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import os
+import re
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,7 @@ from ytfake import FakeYt
 from jupyter_gpushare.backends import ytsaurus_spec as ys
 from jupyter_gpushare.backends.base import RunHandle, RunSpec, RunStatus
 from jupyter_gpushare.backends.ytsaurus import YTsaurusBackend, offline_client, spec_builder
+from jupyter_gpushare.backends.ytsaurus_job import pack, rows, unpack
 from jupyter_gpushare.core.jobs import JobState, final_state
 
 TOKEN = "yt-token-never-anywhere"
@@ -431,6 +436,72 @@ def test_an_interruption_by_yts_own_scheduler_fails_the_attempt_with_that_reason
         assert final_state(status.exit_code, False, False) is JobState.FAILED
     finally:
         fake.close()
+
+
+@pytest.mark.slow
+def test_a_requeued_attempt_resumes_from_the_checkpoint_the_preempted_one_left() -> None:
+    fake = FakeYt(execute=True)
+    try:
+        backend = backend_for(fake)
+        notebook = nbs.counting(steps=16, delay=0.25)
+        first = backend.submit(run_spec(grant(1, grace=20), notebook=notebook))
+        wait_running(fake, first, b"step 3")
+        backend.signal(first)
+        assert wait_end(backend, first).terminated
+        second = backend.submit(run_spec(grant(1), attempt=2, notebook=notebook))
+        built = fake.specs[-1]["tasks"]["notebook"]
+        assert [str(p) for p in built["file_paths"]][-1].endswith("attempt-2/checkpoint.tar.gz")
+        assert built["environment"]["GPUSHARE_CHECKPOINT_ARCHIVE"] == "checkpoint.tar.gz"
+        status = wait_end(backend, second)
+        assert status.finished and status.exit_code == 0, status
+        executed = (backend.fetch_output(second) or b"").decode()
+        done = re.search(r"resumed from (\d+) finished 16", executed)
+        assert done and int(done.group(1)) >= 3, executed[-2000:]
+        log, _ = backend.read_log("j1")
+        assert b"resumed the checkpoint folder of the previous attempt" in log
+    finally:
+        fake.close()
+
+
+def test_the_checkpoint_archive_is_bounded_and_cannot_leave_its_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "ck"
+    folder.mkdir()
+    assert pack(folder, 1 << 20) is None  # nothing to carry
+    (folder / "model.bin").write_bytes(os.urandom(64 * 1024))
+    assert pack(folder, 1024) is None  # over the limit: not carried
+    assert pack(folder, 0) is None  # carrying is off
+    data = pack(folder, 1 << 20)
+    assert data is not None
+    (tmp_path / "a.tgz").write_bytes(data)
+    unpack(tmp_path / "a.tgz", tmp_path / "out")
+    assert (tmp_path / "out" / "model.bin").read_bytes() == (folder / "model.bin").read_bytes()
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escaped")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "evil.tgz").write_bytes(evil.getvalue())
+    with pytest.raises(tarfile.TarError):
+        unpack(tmp_path / "evil.tgz", tmp_path / "out")
+    assert not (tmp_path / "escaped").exists()
+
+
+def test_a_first_attempt_carries_no_checkpoint_and_a_zero_limit_turns_carrying_off() -> None:
+    fake = FakeYt()
+    backend = backend_for(fake)
+    backend.submit(run_spec(grant(1)))
+    task = fake.specs[-1]["tasks"]["notebook"]
+    assert len(task["file_paths"]) == 2 and "GPUSHARE_CHECKPOINT_ARCHIVE" not in task["environment"]
+    assert task["environment"]["GPUSHARE_CHECKPOINT_MAX_BYTES"] == str(256 * 1024 * 1024)
+    fake.nodes["//home/gpushare/jobs/j1/attempt-1/output"]["data"] = list(
+        rows({"exit_code": 143, "terminated": True}, None, b"ckpt"))
+    fake.operations["op-1"].state = "completed"
+    backend.submit(run_spec(grant(1), attempt=2))
+    assert fake.nodes["//home/gpushare/jobs/j1/attempt-2/checkpoint.tar.gz"]["data"] == b"ckpt"
+    off = backend_for(FakeYt(), max_checkpoint_bytes=0)
+    off.submit(run_spec(grant(1), attempt=2))
+    assert "GPUSHARE_CHECKPOINT_ARCHIVE" not in off.client.specs[-1]["tasks"]["notebook"][
+        "environment"]
 
 
 def test_preempting_an_operation_whose_job_has_not_started_aborts_it() -> None:

@@ -10,6 +10,8 @@ the cluster through ``ytsaurus-client`` (``yt.wrapper``), from the broker's work
   operation (``run_operation(..., sync=False)`` with a mutation id fixed by job and
   attempt). It is idempotent: an attempt whose Cypress node records an operation id, or
   whose alias names an operation, is never started again;
+* a later attempt gets the checkpoint folder the latest earlier one left in its output
+  table (a file of the new attempt, unpacked in the sandbox before the notebook starts);
 * :meth:`~YTsaurusBackend.poll` maps the operation's state; a completed one's status row
   (exit code, cell error, ``terminated``) is the run's result;
 * :meth:`~YTsaurusBackend.signal` interrupts the running job (``abort_job`` with an
@@ -41,7 +43,7 @@ from traitlets.traitlets import MetaHasTraits
 
 from . import ytsaurus_spec as ys
 from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
-from .ytsaurus_job import parse_rows
+from .ytsaurus_job import joined, parse_rows
 
 RUNNING_STATES = frozenset({
     "starting", "orphaned", "waiting_for_agent", "initializing", "preparing",
@@ -191,6 +193,11 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         help="Names this broker in operation aliases (*<instance>-<job>-<attempt>); give "
         "each broker sharing a cluster its own.",
     )
+    max_checkpoint_bytes = Integer(
+        256 * 1024 * 1024, config=True,
+        help="Largest checkpoint folder (bytes, gzipped tar) carried from one attempt to the "
+        "next through the attempt's output table (0: none; an attempt then starts afresh).",
+    )
     deliver_output = Bool(
         True, config=True,
         help="Write a finished run's executed notebook into the user's files "
@@ -229,6 +236,7 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
                                     self.scheduling_tag_filters.items()},
             instance=self.instance,
             owners_include_user=self.owners_include_user,
+            max_checkpoint_bytes=self.max_checkpoint_bytes,
         )
 
     @property
@@ -266,7 +274,8 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
             survives_broker_restart=True,
             notes="whole GPUs only (a fractional grant is refused); runs as the broker's "
             "YTsaurus user, the job's user is an owner of the operation; the checkpoint "
-            "folder lives in the job's sandbox only",
+            "folder is carried to the next attempt through the output table "
+            "(max_checkpoint_bytes)",
         )
 
     def refusal(self, spec: RunSpec) -> str | None:
@@ -325,7 +334,8 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         client.write_file(paths.notebook, json.dumps(_with_cell_ids(spec.notebook)).encode())
         client.write_file(paths.runner_spec, json.dumps(ys.runner_spec(spec)).encode())
         client.create("table", paths.output, ignore_existing=True)
-        operation = ys.operation_spec(spec, settings)
+        resume = self._carry_checkpoint(spec, paths)
+        operation = ys.operation_spec(spec, settings, resume=resume)
         op = client.run_operation(
             spec_builder(operation), sync=False,
             run_operation_mutation_id=ys.mutation_id(settings, spec.job_id, spec.attempt),
@@ -335,6 +345,21 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         self.log.info("job %s attempt %s: YTsaurus operation %s in pool %s",
                       spec.job_id, spec.attempt, op_id, operation["pool"])
         return self._handle(spec, op_id, paths)
+
+    def _carry_checkpoint(self, spec: RunSpec, paths: ys.AttemptPaths) -> bool:
+        """Give this attempt the checkpoint folder the latest earlier attempt left."""
+        if self.max_checkpoint_bytes <= 0:
+            return False
+        for attempt in range(int(spec.attempt) - 1, 0, -1):
+            table = ys.attempt_paths(self.settings, spec.job_id, attempt).output
+            try:
+                data = joined(list(self.client.read_table(table, format="json")), "checkpoint")
+            except Exception:  # noqa: BLE001 - that attempt left no table
+                continue
+            if data is not None:
+                self.client.write_file(paths.checkpoint, data)
+                return True
+        return False
 
     def _record(self, paths: ys.AttemptPaths, op_id: str) -> None:
         with contextlib.suppress(Exception):

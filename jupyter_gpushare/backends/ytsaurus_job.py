@@ -10,6 +10,11 @@ notebook snapshot and the runner's ``spec.json`` (``file_paths``, read-only link
   snapshot (SIGTERM, YTsaurus's ``interruption_signal``, reaches the kernel through it);
 * writes one ``status`` row (the runner's ``status.json``) and the executed notebook as
   ``notebook`` rows of base64 parts (ASCII, so YTsaurus's JSON string rules never bite);
+* carries the checkpoint folder across attempts: it starts from the archive of the
+  previous attempt where the backend passed one (``GPUSHARE_CHECKPOINT_ARCHIVE``) and
+  leaves the folder as ``checkpoint`` rows (a gzipped tar, at most
+  ``GPUSHARE_CHECKPOINT_MAX_BYTES``; 0 or unset: none), since the sandbox is gone after
+  the job;
 * exits 0 whenever those rows are written, also for a failed or stopped notebook: a
   failed job's output table is not committed, so the run's true exit code, error and
   ``terminated`` flag travel in the status row, and the broker reads them from there.
@@ -18,10 +23,12 @@ notebook snapshot and the runner's ``spec.json`` (``file_paths``, read-only link
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import shutil
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -30,35 +37,72 @@ PART_BYTES = 1024 * 1024
 """Raw bytes of the executed notebook per output row (YTsaurus limits a row's weight)."""
 
 
-def rows(status: dict[str, Any], notebook: bytes | None) -> Iterator[dict[str, Any]]:
+def _parts(kind: str, data: bytes) -> Iterator[dict[str, Any]]:
+    for i in range(0, max(1, len(data)), PART_BYTES):
+        yield {"kind": kind, "part": i // PART_BYTES,
+               "data": base64.b64encode(data[i:i + PART_BYTES]).decode("ascii")}
+
+
+def rows(status: dict[str, Any], notebook: bytes | None,
+         checkpoint: bytes | None = None) -> Iterator[dict[str, Any]]:
     """The output table's rows for one attempt."""
     yield {"kind": "status", "part": 0, "data": json.dumps(status)}
     if notebook is not None:
-        for i in range(0, max(1, len(notebook)), PART_BYTES):
-            chunk = notebook[i:i + PART_BYTES]
-            yield {"kind": "notebook", "part": i // PART_BYTES,
-                   "data": base64.b64encode(chunk).decode("ascii")}
+        yield from _parts("notebook", notebook)
+    if checkpoint is not None:
+        yield from _parts("checkpoint", checkpoint)
+
+
+def joined(table: list[dict[str, Any]], kind: str) -> bytes | None:
+    """The bytes of the ``kind`` rows (``notebook``, ``checkpoint``), None if there are none."""
+    parts = sorted((int(r.get("part") or 0), base64.b64decode(str(r.get("data"))))
+                   for r in table if r.get("kind") == kind)
+    return b"".join(p for _, p in parts) if parts else None
 
 
 def parse_rows(table: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, bytes | None]:
     """(status, executed notebook) from an output table's rows (None where absent)."""
     status = None
-    parts: list[tuple[int, bytes]] = []
     for row in table:
-        kind = row.get("kind")
-        if kind == "status":
+        if row.get("kind") == "status":
             try:
                 status = json.loads(str(row.get("data") or "{}"))
             except ValueError:
                 status = {"exit_code": 1, "error": {"summary": "unreadable status row"}}
-        elif kind == "notebook":
-            parts.append((int(row.get("part") or 0), base64.b64decode(str(row.get("data")))))
-    notebook = b"".join(p for _, p in sorted(parts)) if parts else None
-    return status, notebook
+    return status, joined(table, "notebook")
 
 
-def _write_rows(out: IO[str], status: dict[str, Any], notebook: bytes | None) -> None:
-    for row in rows(status, notebook):
+def pack(folder: Path, max_bytes: int) -> bytes | None:
+    """``folder`` as a gzipped tar, None if it is empty or the archive exceeds ``max_bytes``."""
+    if max_bytes <= 0 or not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for item in sorted(folder.iterdir()):
+            tar.add(item, arcname=item.name)
+    data = buf.getvalue()
+    if len(data) > max_bytes:
+        print(f"--- the checkpoint folder ({len(data)} bytes packed) is over the "
+              f"{max_bytes}-byte limit: the next attempt starts without it ---", file=sys.stderr)
+        return None
+    return data
+
+
+def unpack(archive: Path, folder: Path) -> None:
+    """The previous attempt's checkpoint into ``folder`` (no path may leave it)."""
+    with tarfile.open(archive, mode="r:gz") as tar:
+        try:
+            tar.extractall(folder, filter="data")
+        except TypeError:  # a Python before 3.11.4 has no extraction filters
+            root = folder.resolve()
+            members = [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and
+                       (root / m.name).resolve().is_relative_to(root)]
+            tar.extractall(folder, members=members)  # noqa: S202 - members checked above
+
+
+def _write_rows(out: IO[str], status: dict[str, Any], notebook: bytes | None,
+                checkpoint: bytes | None) -> None:
+    for row in rows(status, notebook, checkpoint):
         out.write(json.dumps(row) + "\n")
     out.flush()
 
@@ -80,6 +124,15 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = Path(os.environ.get("GPUSHARE_CHECKPOINT_DIR") or "checkpoint").resolve()
     ckpt.mkdir(parents=True, exist_ok=True)
     os.environ["GPUSHARE_CHECKPOINT_DIR"] = str(ckpt)
+    archive = os.environ.pop("GPUSHARE_CHECKPOINT_ARCHIVE", "")
+    if archive and os.path.exists(archive):
+        try:
+            unpack(Path(archive), ckpt)
+            print("--- resumed the checkpoint folder of the previous attempt ---",
+                  file=sys.stderr)
+        except (OSError, tarfile.TarError) as exc:
+            print(f"--- could not unpack the previous checkpoint ({exc}): starting afresh ---",
+                  file=sys.stderr)
     from .papermill_run import run
 
     try:
@@ -95,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         notebook: bytes | None = (adir / "output.ipynb").read_bytes()
     except OSError:
         notebook = None
-    _write_rows(out, status, notebook)
+    max_bytes = int(os.environ.get("GPUSHARE_CHECKPOINT_MAX_BYTES") or 0)
+    _write_rows(out, status, notebook, pack(ckpt, max_bytes))
     out.close()
     return 0
 

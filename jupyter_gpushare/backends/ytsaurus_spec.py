@@ -12,6 +12,8 @@ One attempt is one vanilla operation with one task of one job (``job_count: 1``)
   runs papermill on the notebook snapshot (``file_paths``) and writes the run's status and
   the executed notebook as rows of the attempt's output table (the job needs no token);
 * ``environment`` is the run's environment without secrets or node-local identities;
+* the checkpoint folder lives in the sandbox and is carried across attempts: the job
+  leaves it as rows of its output table, and the next attempt gets it as a file;
 * ``time_limit`` (ms) is the job's runtime limit plus a margin (the broker stops it first,
   with its own reason; YTsaurus's limit holds while the broker is down);
 * ``max_failed_job_count: 1`` and ``fail_on_job_restart``: an attempt is never re-run
@@ -39,6 +41,7 @@ TASK = "notebook"
 JOB_MODULE = "jupyter_gpushare.backends.ytsaurus_job"
 NOTEBOOK_FILE = "input.ipynb"
 RUNNER_SPEC_FILE = "spec.json"
+CHECKPOINT_FILE = "checkpoint.tar.gz"
 OUTPUT_FORMAT = "json"
 INTERRUPTION_SIGNAL = "SIGTERM"
 MIB = 1024 * 1024
@@ -74,6 +77,7 @@ class YtSettings:
     scheduling_tag_filters: Mapping[str, str] = field(default_factory=dict)  # gpushare pool ->
     instance: str = "gpushare"  # names this broker in aliases (several may share a cluster)
     owners_include_user: bool = True
+    max_checkpoint_bytes: int = 256 * MIB  # the checkpoint folder carried to the next attempt
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,7 @@ class AttemptPaths:
     notebook: str
     runner_spec: str
     output: str
+    checkpoint: str  # the previous attempt's checkpoint folder, as a gzipped tar
 
 
 def check_id(job_id: str) -> str:
@@ -100,7 +105,7 @@ def job_dir(settings: YtSettings, job_id: str) -> str:
 def attempt_paths(settings: YtSettings, job_id: str, attempt: int) -> AttemptPaths:
     base = f"{job_dir(settings, job_id)}/attempt-{int(attempt)}"
     return AttemptPaths(base, f"{base}/{NOTEBOOK_FILE}", f"{base}/{RUNNER_SPEC_FILE}",
-                        f"{base}/output")
+                        f"{base}/output", f"{base}/{CHECKPOINT_FILE}")
 
 
 def operation_alias(settings: YtSettings, job_id: str, attempt: int) -> str:
@@ -214,8 +219,9 @@ def time_limit_ms(spec: RunSpec, settings: YtSettings) -> int:
     return (int(spec.max_runtime_s) + grace + int(settings.time_limit_margin_s)) * 1000
 
 
-def task_spec(spec: RunSpec, settings: YtSettings) -> dict[str, Any]:
-    """The ``tasks.notebook`` section."""
+def task_spec(spec: RunSpec, settings: YtSettings, *, resume: bool = False) -> dict[str, Any]:
+    """The ``tasks.notebook`` section (``resume``: the previous attempt's checkpoint folder
+    was written to the attempt's ``checkpoint.tar.gz``)."""
     grant = spec.grant or {}
     gpus = whole_gpus(grant)
     if gpus is None:
@@ -223,17 +229,24 @@ def task_spec(spec: RunSpec, settings: YtSettings) -> dict[str, Any]:
     cpu_milli = int(grant.get("cpu_milli") or 0)
     memory_mib = int(grant.get("memory_mib") or 0) or int(settings.memory_limit_mib)
     paths = attempt_paths(settings, spec.job_id, spec.attempt)
+    env = job_environment(spec)
+    env["GPUSHARE_CHECKPOINT_MAX_BYTES"] = str(int(settings.max_checkpoint_bytes))
+    files = [paths.notebook, paths.runner_spec]
+    if resume:
+        files.append(paths.checkpoint)
+        env["GPUSHARE_CHECKPOINT_ARCHIVE"] = CHECKPOINT_FILE
     task: dict[str, Any] = {
         "command": job_command(settings),
         "job_count": 1,
         "gpu_limit": gpus,
         "cpu_limit": cpu_milli / 1000 if cpu_milli else float(settings.cpu_limit),
         "memory_limit": memory_mib * MIB,
-        "file_paths": [paths.notebook, paths.runner_spec],
+        "file_paths": files,
         "output_table_paths": [paths.output],
         "output_format": OUTPUT_FORMAT,
-        "environment": job_environment(spec),
+        "environment": env,
         "interruption_signal": INTERRUPTION_SIGNAL,
+        "title": f"papermill {spec.name or spec.job_id}",  # else the client names it "exec"
     }
     if settings.docker_image:
         task["docker_image"] = settings.docker_image
@@ -258,12 +271,13 @@ def operation_annotations(spec: RunSpec, settings: YtSettings) -> dict[str, Any]
     }
 
 
-def operation_spec(spec: RunSpec, settings: YtSettings) -> dict[str, Any]:
+def operation_spec(spec: RunSpec, settings: YtSettings, *, resume: bool = False
+                   ) -> dict[str, Any]:
     """The whole operation spec, as the client sends it (before its own defaults)."""
     grant = spec.grant or {}
     team = str(grant.get("team") or "")
     out: dict[str, Any] = {
-        "tasks": {TASK: task_spec(spec, settings)},
+        "tasks": {TASK: task_spec(spec, settings, resume=resume)},
         "pool": pool_of(team, settings),
         "time_limit": time_limit_ms(spec, settings),
         "max_failed_job_count": 1,
