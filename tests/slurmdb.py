@@ -227,3 +227,35 @@ def accounting_cluster(**kwargs: Any) -> Iterator[tuple[Any, SlurmDB]]:
         cluster.stop()
         db.stop()
         cluster.cleanup()
+
+
+@contextlib.contextmanager
+def exported_cluster(policy: Any, *, shards_per_gpu: int = 8, users: dict[str, list[str]]
+                     | None = None, **kwargs: Any) -> Iterator[tuple[Any, SlurmDB, Any, list[
+                         subprocess.CompletedProcess[str]]]]:
+    """An :func:`accounting_cluster` configured by ``jupyter-gpushare export slurm`` of
+    ``policy``: its ``slurm.conf`` lines (all but the node lines, which the cluster writes for
+    its own nodes), its ``gres.conf`` (with the cluster's fake devices as ``File=``) and its
+    ``sacctmgr`` commands, run once slurmctld has registered its TRES with slurmdbd (before,
+    ``GrpTRES=gres/gpu=...`` is refused: "no TRES known"). ``users`` maps a user to the accounts
+    it is added to. Yields (cluster, db, export, the commands' results)."""
+    import shlex
+
+    from jupyter_gpushare.export.slurm import export_slurm
+
+    export = export_slurm(policy, shards_per_gpu=shards_per_gpu)
+
+    def before_ctld(cluster: Any) -> None:
+        gres = export_slurm(policy, shards_per_gpu=shards_per_gpu,
+                            device=str(cluster.dir) + "/{node}/dev/fakegpu{index}")
+        (Path(cluster.dir) / "gres.conf").write_text("\n".join(gres.gres_conf) + "\n")
+
+    conf = [line for line in export.slurm_conf
+            if line and not line.startswith(("#", "NodeName="))]
+    conf += list(kwargs.pop("extra_conf", None) or [])
+    with accounting_cluster(shards_per_gpu=shards_per_gpu, extra_conf=conf,
+                            before_ctld=before_ctld, **kwargs) as (cluster, db):
+        results = [cluster.run(*shlex.split(cmd), check=False) for cmd in export.commands()]
+        for user, accounts in (users or {}).items():
+            db.sacctmgr("add", "user", user, "account=" + ",".join(accounts))
+        yield cluster, db, export, results

@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurmdb import accounting_cluster, have_slurmdbd
+from slurmdb import exported_cluster, have_slurmdbd
 from slurmjobs import cancel, job, submit, wait_job
 
 from jupyter_gpushare.core.admission import Outcome, decide
 from jupyter_gpushare.core.model import GPUAsk, Kind, Policy, Request
 from jupyter_gpushare.core.rules import check_request
 from jupyter_gpushare.core.state import ClusterState
-from jupyter_gpushare.export.slurm import SlurmExport, account_name, export_slurm
+from jupyter_gpushare.export.slurm import SlurmExport, account_name
 from jupyter_gpushare.policy import load_policy
 
 POLICY = Path(__file__).resolve().parent / "data" / "slurm_policy.yaml"
@@ -39,12 +39,6 @@ pytestmark = [
     pytest.mark.skipif(not have_slurmdbd(), reason="slurmctld/slurmdbd/mariadbd not on PATH "
                        "(apt-get install slurm-wlm slurmdbd munge mariadb-server)"),
 ]
-
-
-def conf_for_cluster(export: SlurmExport) -> list[str]:
-    """The export's slurm.conf lines, without the node lines (the cluster writes those)."""
-    return [line for line in export.slurm_conf
-            if line and not line.startswith(("#", "NodeName="))]
 
 
 def apply(cluster: Any, export: SlurmExport) -> list[subprocess.CompletedProcess[str]]:
@@ -63,27 +57,15 @@ class Exported:
 @pytest.fixture(scope="module")
 def exported() -> Iterator[Exported]:
     policy = load_policy(POLICY)
-    export = export_slurm(policy, shards_per_gpu=8)
-
-    def before_ctld(cluster: Any) -> None:
-        # the exported gres.conf, with the fake devices of this cluster as File=
-        gres = export_slurm(policy, shards_per_gpu=8,
-                            device=str(cluster.dir) + "/{node}/dev/fakegpu{index}")
-        (Path(cluster.dir) / "gres.conf").write_text("\n".join(gres.gres_conf) + "\n")
-
-    with accounting_cluster(shards_per_gpu=8, gpus_per_node=2, cpus_per_node=4,
-                            memory_mib=4000, extra_conf=conf_for_cluster(export),
-                            before_ctld=before_ctld) as (cluster, db):
+    # the user running the tests' jobs, in the accounts it submits to (the policy names only
+    # team admins; members are added like this)
+    accounts = [account_name("vision", "train"), account_name("vision", "interactive"),
+                account_name("nlp", "train"), "vision", "nlp"]
+    with exported_cluster(policy, shards_per_gpu=8, gpus_per_node=2, cpus_per_node=4,
+                          memory_mib=4000, users={"root": accounts}) as (
+                              cluster, db, export, results):
         state = Exported(cluster, db, policy, export)
-        # after slurmctld registered the cluster's TRES (gres/gpu, gres/shard) with slurmdbd:
-        # before that, sacctmgr refuses GrpTRES=gres/gpu=... ("no TRES known")
-        state.first_run = apply(cluster, export)
-        # the user running the tests' jobs, in the accounts it submits to (the policy names
-        # only team admins; members are added like this)
-        cluster.run("sacctmgr", "-i", "add", "user", "root",
-                    "account=" + ",".join([account_name("vision", "train"),
-                                           account_name("vision", "interactive"),
-                                           account_name("nlp", "train"), "vision", "nlp"]))
+        state.first_run = results
         yield state
 
 
