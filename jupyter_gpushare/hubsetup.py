@@ -21,7 +21,7 @@ It adds:
   its own server only;
 * OAuth for the broker's browser pages (``oauth_no_confirm``, and
   ``oauth_client_allowed_scopes`` so an admin's login carries ``custom:gpushare:admin``);
-* ``c.JupyterHub.spawner_class`` (``local``, ``simple`` or ``kube``) and the environment
+* ``c.JupyterHub.spawner_class`` (``local``, ``simple``, ``kube`` or ``slurm``) and the environment
   ``GPUSHARE_BROKER_URL`` of single-user servers.
 
 The two service tokens are kept in ``gpushare_tokens.json`` in ``data_dir`` (default: the
@@ -40,6 +40,7 @@ SPAWNERS = {
     "local": "jupyter_gpushare.spawner.local.LocalGPUShareSpawner",
     "simple": "jupyter_gpushare.spawner.local.SimpleLocalGPUShareSpawner",
     "kube": "jupyter_gpushare.spawner.kube.KubeGPUShareSpawner",
+    "slurm": "jupyter_gpushare.spawner.slurm.SlurmGPUShareSpawner",
 }
 SERVICE = "gpushare"
 SPAWNER_SERVICE = "gpushare-spawner"

@@ -15,6 +15,9 @@ Local servers (one machine):
   (``GPUSHARE_TORCH_MEMORY_FRACTION``) in every Python process of the server;
 * the ``GPUSHARE_*`` variables tell the server extension and telemetry what was granted.
 
+Slurm: :func:`slurm_env` is the environment of a server run as a Slurm job (Slurm sets
+``CUDA_VISIBLE_DEVICES`` for the GRES; :mod:`.slurm_options` turns the grant into GRES).
+
 Kubernetes: :func:`pod_fragment` turns a grant into resource limits, scheduler, labels,
 annotations and node selector for one of the backends in :data:`KUBE_BACKENDS`, and
 :func:`kube_overrides` maps that fragment onto KubeSpawner traits.
@@ -42,6 +45,7 @@ __all__ = [
     "mps_daemon_running",
     "no_gpu_env",
     "pod_fragment",
+    "slurm_env",
 ]
 
 KUBE_BACKENDS = ("whole", "mig", "hami", "hami-metax", "kai", "timeslice")
@@ -203,6 +207,38 @@ def local_env(
     card = _card_memory(grant, gpu_total_mib)
     if card:
         env["GPUSHARE_GPU_MEMORY_MIB"] = str(card)  # the whole card: the sampler's scale
+    if "GPUSHARE_TORCH_MEMORY_FRACTION" in fw:
+        parts = [PYHOOK_DIR] + [p for p in inherited_pythonpath.split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def slurm_env(
+    grant: GrantInfo,
+    *,
+    gres: str,
+    broker_url: str = "",
+    gpu_total_mib: Mapping[str, int] | None = None,
+    inherited_pythonpath: str = "",
+) -> dict[str, str]:
+    """Environment for a single-user server run as a Slurm job holding ``grant``.
+
+    Slurm itself sets ``CUDA_VISIBLE_DEVICES`` for the job's GRES (the device it
+    allocated, as an index in the job's view), so it is not set here; ``gres`` (e.g.
+    ``shard:2``) is what was asked for. Shards only count: memory is capped by the
+    framework caps, as with the ``env`` enforcement of local servers.
+    """
+    kind = "slurm-shard" if gres.startswith("shard:") else "slurm-gpu"
+    env = grant_env(grant, enforcement=kind, broker_url=broker_url)
+    env["GPUSHARE_SLURM_GRES"] = gres
+    fw = framework_env(grant, gpu_total_mib) if _is_fraction(grant) else {}
+    env.update(fw)
+    card = _card_memory(grant, gpu_total_mib)
+    if card:
+        env["GPUSHARE_GPU_MEMORY_MIB"] = str(card)
     if "GPUSHARE_TORCH_MEMORY_FRACTION" in fw:
         parts = [PYHOOK_DIR] + [p for p in inherited_pythonpath.split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(parts)

@@ -594,8 +594,11 @@ class GPUShareSpawner(Spawner):
         self.log.info("gpushare %s: %s", self._log_name, message)
 
     async def poll(self) -> Any:  # type: ignore[override]
+        held = self.grant_id
         status = await maybe_future(super().poll())
-        gid = self.grant_id
+        # a spawner whose poll clears its own state (batchspawner's, when the job is gone)
+        # has scheduled the release already: the grant is still this poll's to report
+        gid = self.grant_id or (held if status is not None else None)
         if gid and status is not None:
             # the process is gone: its grant goes at once, not at the hub's next stop()
             self._record_stop(
