@@ -76,6 +76,7 @@ def slurm_hub_config(
     policy: Path | str | None = None,
     broker_port: int | None = None,
     poll: float = 0.3,
+    plain_node: str = "node1",
 ) -> str:
     """``extra_config`` for :func:`realhub.start_hub` (``spawner``: gpushare | plain)."""
     ip = cluster.host_ip
@@ -103,11 +104,15 @@ def slurm_hub_config(
         f"c.TestPlainSlurmSpawner.daemon_resolver = {nodes!r}",
     ]
     if spawner == "plain":
+        # by hand, what the gpushare spawner derives from a 1/4 GPU grant of team alpha
         lines += [
             "c.JupyterHub.spawner_class = TestPlainSlurmSpawner",
             "c.TestPlainSlurmSpawner.req_nprocs = '1'",
             "c.TestPlainSlurmSpawner.req_memory = '1024M'",
-            f"c.TestPlainSlurmSpawner.req_gres = 'shard:{cluster.shards_per_gpu // 2}'",
+            "c.TestPlainSlurmSpawner.req_runtime = '02:00:00'",
+            f"c.TestPlainSlurmSpawner.req_gres = 'shard:{max(1, cluster.shards_per_gpu // 4)}'",
+            "c.TestPlainSlurmSpawner.req_options = "
+            f"'--account=alpha --qos=interactive --nodelist={plain_node}'",
         ]
     else:
         assert policy is not None and broker_port is not None
