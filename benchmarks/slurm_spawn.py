@@ -16,7 +16,7 @@ until it is gone. Printed: the median spawn-to-ready of each arm, the ratio of m
 the median of the paired ratios (target: at most 1.2).
 
     .venv/bin/python benchmarks/slurm_spawn.py [--rounds 7] [--warmup 1] [--seed 1]
-        [--json out.json]
+        [--port-wait 60] [--json out.json]
 
 Needs root, Slurm (slurmctld, slurmd, munged on PATH) and hub_config/proxy's
 configurable-http-proxy.
@@ -25,6 +25,7 @@ configurable-http-proxy.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import random
 import re
@@ -91,16 +92,40 @@ def job_resources(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
     return {k: found.get(k, "") for k in JOB_FIELDS}
 
 
+STAMP = re.compile(r"^\[\w (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+) [^]]*\] (.*)$")
+MARKS = {"submitted": "Job submitted.", "port": "Notebook server job"}
+
+
+def log_marks(hub: RealHub, since: float) -> dict[str, float]:
+    """Wall-clock times (UTC) of the hub's 'job submitted' and 'server job started at'
+    lines written after ``since``."""
+    found: dict[str, float] = {}
+    for line in hub.log_text().splitlines():
+        m = STAMP.match(line)
+        if not m:
+            continue
+        ts = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        for key, text in MARKS.items():
+            if ts >= since - 0.01 and m.group(2).startswith(text):
+                found[key] = ts
+    return found
+
+
 def timed_spawn(
     hub: RealHub, user: str, body: dict | None, cluster: SlurmCluster
-) -> tuple[float, dict[str, str]]:
-    """Seconds from the spawn request to ready, and the Slurm job's resources."""
-    t0 = time.monotonic()
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Seconds from the spawn request to ready (and to sbatch's answer, and to the port
+    report), and the Slurm job's resources."""
+    wall, t0 = time.time(), time.monotonic()
     status, answer = hub.api("POST", f"/users/{user}/server", body, timeout=200)
     if status not in (201, 202):
         raise RuntimeError(f"spawn of {user} failed: {status} {answer}")
     wait_ready(hub, user)
-    took = time.monotonic() - t0
+    took = {"ready": time.monotonic() - t0}
+    marks = log_marks(hub, wall)
+    for key in MARKS:
+        took[key] = marks[key] - wall if key in marks else float("nan")
     srv = server(hub, user)[1] or {}
     resources = job_resources(cluster, str((srv.get("state") or {}).get("job_id")))
     hub.api("DELETE", f"/users/{user}/server")
@@ -108,7 +133,7 @@ def timed_spawn(
     return took, resources
 
 
-def run(rounds: int, warmup: int, seed: int, tmp: Path) -> dict:
+def run(rounds: int, warmup: int, seed: int, tmp: Path, port_wait: float) -> dict:
     rng = random.Random(seed)
     with SlurmCluster(base_dir=tmp, nodes=("node1", "node2")) as cluster:
         policy = tmp / "policy.yaml"
@@ -117,13 +142,15 @@ def run(rounds: int, warmup: int, seed: int, tmp: Path) -> dict:
         plain = start_hub(tmp / "plain", slurm_hub_config(cluster, tmp / "home-plain",
                                                           spawner="plain"), env=env)
         try:
-            share = start_hub(tmp / "share", slurm_hub_config(
-                cluster, tmp / "home-share", policy=policy, broker_port=free_port()), env=env)
+            share_config = slurm_hub_config(cluster, tmp / "home-share", policy=policy,
+                                            broker_port=free_port())
+            share_config += f"c.SlurmGPUShareSpawner.wait_for_port = {port_wait}\n"
+            share = start_hub(tmp / "share", share_config, env=env)
             try:
                 plain.create_user("u")
                 share.create_user("u", groups=["alpha"])
                 arms = {"plain": (plain, None), "gpushare": (share, {"profile": "quarter"})}
-                pairs: list[dict[str, float]] = []
+                pairs: list[dict[str, dict[str, float]]] = []
                 jobs: dict[str, dict[str, str]] = {}
                 for i in range(warmup + rounds):
                     order = list(arms)
@@ -133,7 +160,7 @@ def run(rounds: int, warmup: int, seed: int, tmp: Path) -> dict:
                         pair[name], jobs[name] = timed_spawn(arms[name][0], "u",
                                                              arms[name][1], cluster)
                     print(f"round {i + 1}: " + ", ".join(
-                        f"{k} {v:.2f} s" for k, v in pair.items())
+                        f"{k} {v['ready']:.2f} s" for k, v in pair.items())
                         + (" (warm-up)" if i < warmup else ""), flush=True)
                     if i >= warmup:
                         pairs.append(pair)
@@ -143,12 +170,20 @@ def run(rounds: int, warmup: int, seed: int, tmp: Path) -> dict:
             plain.stop()
     if jobs["plain"] != jobs["gpushare"]:
         raise RuntimeError(f"the two arms' jobs differ: {jobs}")
-    med = {arm: statistics.median(p[arm] for p in pairs) for arm in arms}
-    ratios = [p["gpushare"] / p["plain"] for p in pairs]
+    def median(arm: str, key: str) -> float:
+        return statistics.median(p[arm][key] for p in pairs)
+
+    med = {arm: median(arm, "ready") for arm in arms}
+    ratios = [p["gpushare"]["ready"] / p["plain"]["ready"] for p in pairs]
     return {
         "rounds": rounds,
         "warmup": warmup,
         "seed": seed,
+        "gpushare_wait_for_port_s": port_wait,
+        # the hub's side: request -> sbatch answered (gpushare: broker grant + script), and
+        # -> the job reported its port (Slurm scheduling and the job's start)
+        "post_to_submitted_ms": {a: round(1000 * median(a, "submitted"), 1) for a in arms},
+        "post_to_port_s": {a: round(median(a, "port"), 3) for a in arms},
         "plain_median_s": round(med["plain"], 3),
         "gpushare_median_s": round(med["gpushare"], 3),
         "ratio_of_medians": round(med["gpushare"] / med["plain"], 3),
@@ -156,7 +191,8 @@ def run(rounds: int, warmup: int, seed: int, tmp: Path) -> dict:
         "target": "<= 1.2",
         "met": statistics.median(ratios) <= 1.2,
         "slurm_job_both_arms": jobs["gpushare"],
-        "pairs": [{k: round(v, 3) for k, v in p.items()} for p in pairs],
+        "pairs": [{arm: {k: round(v, 3) for k, v in t.items()} for arm, t in p.items()}
+                  for p in pairs],
     }
 
 
@@ -165,13 +201,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--port-wait", type=float, default=60.0,
+                    help="SlurmGPUShareSpawner.wait_for_port (0: hand over to the hub's "
+                         "HTTP check at once, as plain batchspawner does)")
     ap.add_argument("--json", help="write the figures here too")
     args = ap.parse_args()
     if not have_slurm():
         print("slurmctld is not on PATH (apt-get install slurm-wlm munge)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="slurm-spawn-bench-") as tmp:
-        out = run(args.rounds, args.warmup, args.seed, Path(tmp))
+        out = run(args.rounds, args.warmup, args.seed, Path(tmp), args.port_wait)
     print(json.dumps({k: v for k, v in out.items() if k != "pairs"}, indent=2))
     print(f"spawn-to-ready on Slurm: gpushare {out['gpushare_median_s']:.2f} s, plain "
           f"batchspawner {out['plain_median_s']:.2f} s, ratio {out['paired_ratio_median']:.3f}"

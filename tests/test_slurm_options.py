@@ -76,22 +76,31 @@ def test_a_grant_slurm_could_never_run_is_refused_before_submitting():
 def test_account_qos_node_partition_time():
     req = slurm_request(grant(0.25), partition="gpu", max_lifetime_s=8 * 3600)
     assert req.options() == {
-        "--gres": "shard:2", "--account": "vision", "--qos": "interactive",
+        "--gres": "shard:2", "--account": "vision_interactive", "--qos": "interactive",
         "--nodelist": "node1", "--partition": "gpu", "--time": "08:00:00",
     }
     assert req.args()[0] == "--gres=shard:2"
     # templates and switches
-    req = slurm_request(grant(1.0), account_template="{team}-{pool}", qos_template="",
+    req = slurm_request(grant(1.0), account_template="{team}", qos_template="",
                         pin_node=False)
-    assert req.account == "vision-interactive" and req.qos == "" and req.nodelist == ""
+    assert req.account == "vision" and req.qos == "" and req.nodelist == ""
     assert "--qos" not in req.options() and "--nodelist" not in req.options()
     assert slurm_request(grant(1.0), node_names={"node1": "gpu-a01"}).nodelist == "gpu-a01"
     assert slurm_request(grant(1.0), max_lifetime_s=None).time == ""
 
 
+def test_names_are_the_slurm_exports():
+    # team, pool and class as `jupyter-gpushare export slurm` names accounts and QOS
+    req = slurm_request(grant(1.0, team="Vision Lab", pool="A100", priority="Inter.active"))
+    assert req.account == "vision_lab_a100" and req.qos == "inter_active"
+    # a name cannot smuggle a directive into the script
+    req = slurm_request(grant(1.0, team="vision\n#SBATCH --uid=0"))
+    assert "\n" not in req.account and " " not in req.account
+
+
 def test_values_that_could_break_the_script_are_refused_with_the_field():
     with pytest.raises(SlurmRequestError) as err:
-        slurm_request(grant(1.0, team="vision\n#SBATCH --uid=0"))
+        slurm_request(grant(1.0, user="a b"), account_template="{user}")
     assert err.value.field == "account"
     with pytest.raises(SlurmRequestError) as err:
         slurm_request(grant(1.0), qos_template="{priority} x")
@@ -126,6 +135,7 @@ def directives(script: str) -> list[str]:
 
 def test_directives_go_into_batchspawners_script_once_each():
     req = slurm_request(grant(0.25), partition="gpu", max_lifetime_s=3600)
+    assert req.account and req.qos and req.nodelist  # all of them go in
     script = add_directives(render_default(req), req)
     lines = directives(script)
     assert script.startswith("#!/bin/bash\n#SBATCH ")
@@ -143,6 +153,7 @@ def test_a_sites_own_directive_wins():
     own = "#!/bin/sh\n#SBATCH -A physics\n#SBATCH --qos=gold\nsrun x\n"
     out = add_directives(own, req)
     assert "#SBATCH --account" not in out and "#SBATCH --qos=interactive" not in out
+    assert "#SBATCH -A physics" in out
     assert "#SBATCH --gres=shard:2" in out and "#SBATCH --nodelist=node1" in out
     assert add_directives("srun x\n", req).startswith("#!/bin/bash\n#SBATCH --gres=shard:2")
 

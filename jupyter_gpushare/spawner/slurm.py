@@ -23,6 +23,7 @@ cancels it with ``scancel``. What gpushare adds:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import time
@@ -34,6 +35,7 @@ from traitlets import Bool, Dict, Float, Integer, Unicode
 
 from jupyter_gpushare.broker.client import GrantInfo
 from jupyter_gpushare.core.model import Profile
+from jupyter_gpushare.export.slurm import slurm_name
 from jupyter_gpushare.spawner import enforcement
 from jupyter_gpushare.spawner.mixin import GPUShareSpawner, spawn_error
 from jupyter_gpushare.spawner.slurm_options import (
@@ -82,6 +84,38 @@ class SlurmQueueSpawner(SlurmSpawner):
         config=True,
         help="Seconds between queue-position queries while the job is pending.",
     )
+
+    wait_for_port = Float(
+        60.0,
+        config=True,
+        help="""Once the job has reported its port, wait up to this many seconds until the
+        server accepts connections before start() returns, so the hub's HTTP check (whose
+        back-off grows to 5 s between tries) finds it up at once. 0: return at once, as
+        batchspawner does.""",
+    )
+
+    async def start(self) -> Any:  # type: ignore[override]
+        ip, port = await super().start()
+        if self.wait_for_port > 0 and ip and port:
+            await self._wait_listening(str(ip), int(port), self.wait_for_port)
+        return ip, port
+
+    async def _wait_listening(self, ip: str, port: int, limit: float) -> bool:
+        """Until ``ip:port`` accepts a TCP connection (False after ``limit`` seconds)."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), 2.0)
+            except (OSError, asyncio.TimeoutError):
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return True
+        self.log.warning("Slurm job %s: nothing listens at %s:%s after %.0f s",
+                         self.job_id, ip, port, limit)
+        return False
 
     def state_gethost(self) -> str:
         host = super().state_gethost()
@@ -152,20 +186,32 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
     shards_per_gpu = Integer(
         DEFAULT_SHARDS_PER_GPU,
         config=True,
-        help="""GRES shards per GPU (gres.conf Count= of each GPU's shard line), used when
-        the policy has no slurm.shards_per_gpu. A fraction f asks for ceil(f x shards).""",
+        help="""GRES shards per GPU (gres.conf Count= of each GPU's shard line) where the
+        hub reads no policy file; with one, the policy's slurm.shards_per_gpu counts (the
+        Slurm export writes the same number into gres.conf). A fraction f asks for
+        ceil(f x shards) shards.""",
     )
     account_template = Unicode(
-        "{team}",
+        None,
+        allow_none=True,
         config=True,
-        help="""--account of the job; {team}, {pool}, {priority}, {user} expand. Empty: no
-        --account (Slurm's default account of the user).""",
+        help="""--account of the job; {team}, {pool}, {priority}, {user} expand (as the
+        Slurm export writes names: lower case, '_' for other characters). Default: the
+        export's accounts, '{team}_{pool}' in the pool's partition, '{team}' in a
+        partition set by req_partition or the policy's slurm.partition. '' passes none.""",
     )
     qos_template = Unicode(
         "{priority}",
         config=True,
         help="""--qos of the job; {priority} is the grant's priority class (also {team},
-        {pool}, {user}). Empty: no --qos.""",
+        {pool}, {user}), the QOS the Slurm export writes per class. '' passes none.""",
+    )
+    partition_per_pool = Bool(
+        True,
+        config=True,
+        help="""Without req_partition or the policy's slurm.partition, submit to the
+        partition named after the grant's pool (one per pool, as the Slurm export writes
+        them). False: no --partition (Slurm's default partition).""",
     )
     pin_to_node = Bool(
         True,
@@ -188,13 +234,25 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
 
     # ------------------------------------------------------------------ grant -> job
 
-    def _policy_slurm(self, name: str) -> Any:
-        policy = self.gpushare_policy()
-        section = getattr(policy, "slurm", None) if policy is not None else None
-        return getattr(section, name, None) if section is not None else None
-
     def effective_shards_per_gpu(self) -> int:
-        return int(self._policy_slurm("shards_per_gpu") or self.shards_per_gpu)
+        policy = self.gpushare_policy()
+        if policy is not None:
+            return int(policy.slurm.shards_per_gpu)
+        return int(self.shards_per_gpu)
+
+    def partition_and_account(self, grant: GrantInfo) -> tuple[str, str]:
+        """The job's partition and account template (see ``account_template``)."""
+        policy = self.gpushare_policy()
+        named = self.req_partition or (policy.slurm.partition if policy is not None else "")
+        if named:
+            partition, account = named, "{team}"
+        elif self.partition_per_pool:
+            partition, account = slurm_name(grant.pool), "{team}_{pool}"
+        else:
+            partition, account = "", "{team}_{pool}"
+        if self.account_template is not None:
+            account = self.account_template
+        return partition, account
 
     def apply_profile(self, profile: Profile) -> None:
         super().apply_profile(profile)
@@ -209,13 +267,14 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
         lifetime = profile.max_lifetime_s if profile is not None else None
         if lifetime is None and isinstance(grant.raw.get("max_lifetime_s"), (int, float)):
             lifetime = int(grant.raw["max_lifetime_s"])
+        partition, account = self.partition_and_account(grant)
         try:
             return slurm_request(
                 grant,
                 shards_per_gpu=self.effective_shards_per_gpu(),
-                account_template=self.account_template,
+                account_template=account,
                 qos_template=self.qos_template,
-                partition=self.req_partition or str(self._policy_slurm("partition") or ""),
+                partition=partition,
                 max_lifetime_s=lifetime,
                 pin_node=self.pin_to_node,
                 node_names=self.node_names,

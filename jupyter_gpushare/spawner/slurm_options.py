@@ -3,7 +3,7 @@
 
 * :func:`slurm_request` turns a grant into :class:`SlurmRequest`: ``--gres=gpu:N`` for whole
   GPUs, ``--gres=shard:K`` for a fraction (``K`` = fraction x shards per GPU, rounded up),
-  ``--account`` (the team), ``--qos`` (the priority class), ``--nodelist`` (the node the
+  ``--account`` (the team's account), ``--qos`` (the priority class), ``--nodelist`` (the node the
   broker placed it on), ``--partition`` and ``--time`` (the profile's max lifetime). A grant
   Slurm could never satisfy (more shards than one GPU has) raises :class:`SlurmRequestError`
   before anything is submitted.
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from jupyter_gpushare.broker.client import GrantInfo
+from jupyter_gpushare.export.slurm import slurm_name
 
 __all__ = [
     "DEFAULT_SHARDS_PER_GPU",
@@ -111,7 +112,7 @@ def slurm_request(
     grant: GrantInfo,
     *,
     shards_per_gpu: int = DEFAULT_SHARDS_PER_GPU,
-    account_template: str = "{team}",
+    account_template: str = "{team}_{pool}",
     qos_template: str = "{priority}",
     partition: str = "",
     max_lifetime_s: float | None = None,
@@ -121,8 +122,11 @@ def slurm_request(
     """The Slurm options that enforce ``grant`` (see the module docstring).
 
     ``account_template`` / ``qos_template`` expand ``{team}``, ``{pool}``, ``{priority}``
-    and ``{user}``; an empty template passes no ``--account`` / ``--qos``. ``node_names``
-    maps a broker node name to its Slurm NodeName where the two differ.
+    and ``{user}``, each written as ``jupyter-gpushare export slurm`` names them (lower
+    case, other characters than letters, digits, ``-`` and ``_`` as ``_``), so the
+    defaults are the export's account ``<team>_<pool>`` and QOS ``<class>``; an empty
+    template passes no ``--account`` / ``--qos``. ``node_names`` maps a broker node name
+    to its Slurm NodeName where the two differ.
     """
     if not grant.gpus:
         raise SlurmRequestError("gpus", f"grant {grant.id} holds no GPU (no GRES to ask for)")
@@ -146,9 +150,9 @@ def slurm_request(
             )
         gres = f"shard:{shards}"
     fields = {
-        "team": grant.team,
-        "pool": grant.pool,
-        "priority": "" if grant.priority is None else str(grant.priority),
+        "team": slurm_name(grant.team),
+        "pool": slurm_name(grant.pool),
+        "priority": "" if grant.priority is None else slurm_name(str(grant.priority)),
         "user": grant.user,
     }
     try:
