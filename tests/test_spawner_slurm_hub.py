@@ -294,4 +294,8 @@ def test_a_job_that_ends_by_itself_releases_its_grant(setup):
     while server_model(hub, "alice") is not None:
         assert time.monotonic() < deadline, hub.log_text()[-3000:]
         time.sleep(0.5)
+    # the spawner noticed it as its own server dying (the reason the hub's pages show),
+    # though batchspawner's poll had already cleared the job from the state
+    assert "gpushare alice: Your server stopped by itself" in hub.log_text(), (
+        hub.log_text()[-3000:])
 
