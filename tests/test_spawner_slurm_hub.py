@@ -197,7 +197,8 @@ def test_a_spawn_waiting_in_slurm_shows_the_reason(setup):
     reason and the queue position, and the server starts once the node frees up."""
     hub = setup
     cluster: SlurmCluster = hub.cluster
-    blocker = cluster.run("sbatch", "--parsable", "--nodelist=node1", "--cpus-per-task=4",
+    blocker = cluster.run("sbatch", "--parsable", "--nodelist=node1",
+                          f"--cpus-per-task={cluster.cpus_per_node}",
                           f"--output={cluster.dir}/blocker-%j.log", "--wrap", "sleep 600"
                           ).stdout.strip()
     try:
