@@ -29,6 +29,7 @@ the spec, the job's environment, the log or the handle.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import threading
@@ -43,6 +44,7 @@ from traitlets.traitlets import MetaHasTraits
 
 from . import ytsaurus_spec as ys
 from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .local import _with_cell_ids
 from .ytsaurus_job import joined, parse_rows
 
 RUNNING_STATES = frozenset({
@@ -326,11 +328,7 @@ class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         if op_id:  # this attempt was started already: never a second run
             self._record(paths, op_id)
             return self._handle(spec, op_id, paths)
-        import json
-
         client.create("map_node", paths.dir, recursive=True, ignore_existing=True)
-        from .local import _with_cell_ids
-
         client.write_file(paths.notebook, json.dumps(_with_cell_ids(spec.notebook)).encode())
         client.write_file(paths.runner_spec, json.dumps(ys.runner_spec(spec)).encode())
         client.create("table", paths.output, ignore_existing=True)
