@@ -265,6 +265,19 @@ async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) ->
         container = kube_job["spec"]["template"]["spec"]["containers"][0]
         assert container["command"][-1].endswith(f"/{job['id']}/attempt-1")
         assert fake.configmaps["jupyterhub", name]
+        # while Kueue holds the Job, the job's events say why, once
+        for _ in range(100):
+            _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
+            waiting = [e for e in events["events"] if "insufficient unused quota"
+                       in (e.get("reason") or "")]
+            if waiting:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # more polls: no second event for the same reason
+        _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
+        waiting = [e for e in events["events"] if "insufficient unused quota"
+                   in (e.get("reason") or "")]
+        assert len(waiting) == 1, events
         # Kueue admits it, then takes the GPUs back for another team: preempted, requeued
         fake.admit(name)
         fake.evict(name)

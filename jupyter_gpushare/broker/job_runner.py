@@ -313,12 +313,22 @@ class JobManager(JobSettings):
             if job.state is not JobState.RUNNING:
                 continue
             if status.alive or status.alive is None:
+                self._note_engine_reason(job, status)
                 await self._enforce_limits(job, now)
                 continue
             self.settle(job, status, drain=False)
             pools.add(job.pool)
         for pool in sorted(pools):  # one pass over the queue for all the runs that ended
             self.broker.drain_queue(pool)
+
+    def _note_engine_reason(self, job: Job, status: RunStatus) -> None:
+        """An event when the engine says why it still holds a run in its queue (e.g. Kueue:
+        "insufficient unused quota"), once per new reason (kept with the handle)."""
+        if not (status.queued and status.reason) or job.handle is None:
+            return
+        text = status.reason[:300]
+        if job.handle.get("engine_reason") != text:
+            self.store.note(job, text, handle=dict(job.handle, engine_reason=text))
 
     def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
         out = []
