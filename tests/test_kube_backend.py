@@ -278,8 +278,21 @@ async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) ->
         waiting = [e for e in events["events"] if "insufficient unused quota"
                    in (e.get("reason") or "")]
         assert len(waiting) == 1, events
+        held = app.jobs.store.get(job["id"]).handle  # what the broker keeps of the run
+        assert held["engine_queued"] is True
         # Kueue admits it, then takes the GPUs back for another team: preempted, requeued
         fake.admit(name)
+        for _ in range(100):
+            _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
+            if any("engine admitted it" in (e.get("reason") or "") for e in events["events"]):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(events)
+        admitted = app.jobs.store.get(job["id"]).handle
+        assert admitted["engine_queued"] is False
+        # the runtime clock starts when Kueue lets the Job run
+        assert admitted["started_at"] > held["started_at"]
         fake.evict(name)
         again = await _wait(app, job["id"], lambda j: j["attempt"] >= 2
                             and j["state"] == "running")
@@ -294,6 +307,32 @@ async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) ->
         _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
         assert any("preempted" in (e.get("reason") or e.get("message") or "")
                    for e in events["events"]), events
+    finally:
+        await app.stop_async()
+
+
+@pytest.mark.slow
+async def test_the_runtime_limit_counts_from_kueues_admission(tmp_path: Path) -> None:
+    fake = SHARED["fake"] = FakeKube()
+    config = Config()
+    config.JobManager.backend_class = FakeClusterBackend
+    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
+    config.JobManager.poll_interval_s = 0.05
+    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
+                             static_tokens({"alice": ["vision"]}), config=config)
+    try:
+        status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
+            "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 1})
+        assert status == 201, job
+        await _wait(app, job["id"], lambda j: j["state"] == "running")
+        await asyncio.sleep(2.5)  # held by Kueue for longer than its runtime: not killed
+        name = f"gpushare-{job['id']}-a1"
+        assert ("jupyterhub", name) in fake.jobs
+        assert not any(c[0] == "delete_job" for c in fake.calls)
+        fake.admit(name)  # now it runs, and over a second later it is stopped
+        done = await _wait(app, job["id"], lambda j: j["state"] in ("failed", "succeeded"))
+        assert done["state"] == "failed" and "maximum runtime" in done["reason"], done
+        assert ("delete_job", "jupyterhub", name, "Foreground", 0) in fake.calls
     finally:
         await app.stop_async()
 

@@ -313,7 +313,7 @@ class JobManager(JobSettings):
             if job.state is not JobState.RUNNING:
                 continue
             if status.alive or status.alive is None:
-                self._note_engine_reason(job, status)
+                self._engine_queue(job, status, now)
                 await self._enforce_limits(job, now)
                 continue
             self.settle(job, status, drain=False)
@@ -321,14 +321,20 @@ class JobManager(JobSettings):
         for pool in sorted(pools):  # one pass over the queue for all the runs that ended
             self.broker.drain_queue(pool)
 
-    def _note_engine_reason(self, job: Job, status: RunStatus) -> None:
-        """An event when the engine says why it still holds a run in its queue (e.g. Kueue:
-        "insufficient unused quota"), once per new reason (kept with the handle)."""
-        if not (status.queued and status.reason) or job.handle is None:
+    def _engine_queue(self, job: Job, status: RunStatus, now: float) -> None:
+        """A run the engine still holds in its own queue (e.g. a Job Kueue has not admitted):
+        an event says why, once per new reason; its runtime clock starts when the engine
+        lets it run (the grant, and its GPU-hours, run from the broker's admission)."""
+        if job.handle is None:
             return
-        text = status.reason[:300]
-        if job.handle.get("engine_reason") != text:
-            self.store.note(job, text, handle=dict(job.handle, engine_reason=text))
+        if status.queued:
+            text = (status.reason or "waiting in the engine's queue")[:300]
+            if not job.handle.get("engine_queued") or job.handle.get("engine_reason") != text:
+                self.store.note(job, text, handle=dict(job.handle, engine_queued=True,
+                                                       engine_reason=text))
+        elif job.handle.get("engine_queued"):
+            self.store.note(job, f"running on {self.backend.name}: the engine admitted it",
+                            handle=dict(job.handle, engine_queued=False, started_at=now))
 
     def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
         out = []
@@ -342,7 +348,8 @@ class JobManager(JobSettings):
         if handle is None or job.handle is None:
             return
         began = float(job.handle.get("started_at") or now)
-        if now - began > job.max_runtime_s and not job.handle.get("over_runtime"):
+        if (now - began > job.max_runtime_s and not job.handle.get("over_runtime")
+                and not job.handle.get("engine_queued")):
             self.store.update(job, handle=dict(job.handle, over_runtime=True, kill_at=now))
             await self._call(self.backend.kill, handle)
             return
