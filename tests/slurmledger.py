@@ -150,3 +150,125 @@ def compare(cluster: Any, broker: Any, ran: list[Ran], shards_per_gpu: int
     ledger = ledger_gpu_seconds(broker, [r.grant_id for r in ran])
     rows = [(r, slurm[r.job_id], ledger[r.grant_id]) for r in ran]
     return sum(slurm.values()), sum(ledger.values()), rows
+
+
+# -- the same through the broker's jobs and SlurmBackend ----------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerJob:
+    """A notebook job sent to the broker's jobs API: who (token), which profile, how long."""
+
+    token: str
+    profile: str
+    seconds: float
+
+
+def jobs_config(cluster: Any, tmp: Any) -> Any:
+    """Broker config: batch jobs through ``SlurmBackend`` on ``cluster``, team as
+    ``--account`` and class as ``--qos`` (the export's accounts and QOS)."""
+    from traitlets.config import Config
+
+    from jupyter_gpushare.backends.slurm import SlurmBackend
+
+    config = Config()
+    config.JobManager.backend_class = SlurmBackend
+    config.JobManager.jobs_dir = str(tmp / "jobs")
+    config.JobManager.user_root_template = str(tmp / "home" / "{username}")
+    config.SlurmBackend.slurm_conf = cluster.conf_path
+    config.SlurmBackend.pass_account = True
+    config.SlurmBackend.pass_qos = True
+    config.SlurmBackend.min_poll_interval_s = 0.2
+    return config
+
+
+async def run_jobs(app: Any, jobs: list[BrokerJob], timeout: float = 400.0
+                   ) -> list[dict[str, Any]]:
+    """Submit every job at once (a notebook that sleeps), wait until all have ended; the
+    broker's job views, with their ledger GPU-hours (``gpu_hours``)."""
+    import asyncio
+
+    import jobnotebooks as nbs
+    from brokerkit import call
+
+    ids = []
+    for item in jobs:
+        status, body = await call(app, "POST", "/jobs", item.token, {
+            "notebook": nbs.sleeping(item.seconds), "profile": item.profile,
+            "max_runtime": int(item.seconds) + 120, "path": f"ledger-{len(ids)}.ipynb"})
+        if status != 201:
+            raise AssertionError(f"the broker refused {item}: {body}")
+        ids.append((item.token, body["id"]))
+    deadline = time.monotonic() + timeout
+    done: dict[str, dict[str, Any]] = {}
+    while len(done) < len(ids):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"jobs not done after {timeout:g}s: {done}")
+        for token, job_id in ids:
+            if job_id in done:
+                continue
+            status, body = await call(app, "GET", f"/jobs/{job_id}", token)
+            if body["state"] in ("succeeded", "failed", "cancelled"):
+                if body["state"] != "succeeded":
+                    raise AssertionError(f"job {job_id} {body['state']}: {body}")
+                done[job_id] = body
+        await asyncio.sleep(0.5)
+    return [done[job_id] for _, job_id in ids]
+
+
+def slurm_gpu_seconds_by_name(cluster: Any, names: list[str], shards_per_gpu: int,
+                              timeout: float = 60.0) -> dict[str, tuple[str, float]]:
+    """{job name: (Slurm job id, GPU-seconds)} from ``sacct`` for jobs named ``names``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = cluster.run("sacct", "-X", "-n", "-P", "-a", f"--name={','.join(names)}",
+                          "--format=JobName,JobID,ElapsedRaw,AllocTRES,State",
+                          check=False).stdout
+        found: dict[str, tuple[str, float]] = {}
+        for line in out.splitlines():
+            name, job_id, elapsed, tres, state = line.split("|")[:5]
+            if state != "COMPLETED":
+                continue
+            alloc = dict(item.split("=", 1) for item in tres.split(",") if "=" in item)
+            units = int(alloc.get("gres/gpu", 0)) + int(alloc.get("gres/shard", 0)) / \
+                shards_per_gpu
+            found[name] = (job_id, int(elapsed) * units)
+        if set(found) >= set(names) or time.monotonic() > deadline:
+            missing = set(names) - set(found)
+            if missing:
+                raise AssertionError(f"sacct has no completed record of {missing}:\n{out}")
+            return found
+        time.sleep(0.3)
+
+
+def job_wave(seconds: float) -> list[BrokerJob]:
+    """alice (vision) and bob (nlp) each a whole GPU, alice two quarter GPUs (shards)."""
+    return [
+        BrokerJob("tok-alice", "job-1gpu", seconds),
+        BrokerJob("tok-bob", "job-1gpu", round(seconds * 0.8)),
+        BrokerJob("tok-alice", "job-quarter", seconds),
+        BrokerJob("tok-alice", "job-quarter", round(seconds * 0.6)),
+    ]
+
+
+async def compare_jobs(cluster: Any, policy: Any, tmp: Any, jobs: list[BrokerJob],
+                       shards_per_gpu: int) -> tuple[float, float, list[tuple[str, str, float,
+                                                                             float]]]:
+    """Run ``jobs`` through a real in-process broker with ``SlurmBackend`` on ``cluster``;
+    (Slurm's GPU-seconds, the ledger's, rows of (job, Slurm job id, Slurm, ledger))."""
+    from brokerkit import start_broker, static_tokens
+
+    for user in ("alice", "bob"):
+        (tmp / "home" / user).mkdir(parents=True, exist_ok=True)
+    app = await start_broker(policy, f"sqlite:///{tmp}/jobs.sqlite",
+                             static_tokens({"alice": ["vision"], "bob": ["nlp"]}),
+                             config=jobs_config(cluster, tmp))
+    try:
+        views = await run_jobs(app, jobs)
+    finally:
+        await app.stop_async()
+    names = {f"gpushare-{v['id']}-a1": v for v in views}
+    slurm = slurm_gpu_seconds_by_name(cluster, list(names), shards_per_gpu)
+    rows = [(v["id"], slurm[name][0], slurm[name][1], float(v["gpu_hours"]) * 3600)
+            for name, v in names.items()]
+    return sum(r[2] for r in rows), sum(r[3] for r in rows), rows

@@ -1,16 +1,16 @@
 """Slurm's accounting and the broker's ledger agree on the GPU-hours of the same jobs (1 %).
 
-Real parts on both sides: a Slurm cluster with slurmdbd configured by the policy's export
-(``tests/slurmdb.py``) and the broker on its SQL database. Each job is admitted and placed by
-the broker, submitted with its grant's GRES (whole GPUs, and quarter GPUs as shards) to the
-export's account, partition and QOS on the grant's node, and its grant is released when it
-leaves Slurm's queue (``tests/slurmledger.py``). ``sacct``'s elapsed x (gres/gpu + gres/shard /
-shards per GPU) is compared with the ledger's units x (released - granted).
+Real parts on both sides: a Slurm cluster with slurmdbd, configured by the policy's export
+(``tests/slurmdb.py``: its slurm.conf lines, gres.conf and sacctmgr commands), and a real
+in-process broker whose batch jobs run through ``SlurmBackend``: notebooks (run by papermill in
+the Slurm job) with whole GPUs and quarter GPUs as shards, the team as ``--account`` and the
+class as ``--qos`` into the export's ``slurm.partition``. ``sacct``'s elapsed x (gres/gpu +
+gres/shard / shards per GPU) of each job is compared with the ledger's GPU-hours of its grant
+(units x (released - granted), the job view's ``gpu_hours``).
 
-The ledger counts from the grant (before ``sbatch``) to the release (after Slurm says the job
-ended): about half a second a job more than Slurm's run (its scheduler's start latency and the
-poll); jobs of two minutes keep that under 1 %. Shorter jobs are in the benchmark
-(``benchmarks/slurm_accounting.py --seconds 30``).
+The ledger counts from the grant to its release: a few tenths of a second a job more than
+Slurm's run (sbatch, Slurm's start, the poll that sees the end; Slurm's times are whole
+seconds). Jobs of a minute keep that well under 1 %; 20-s notebooks were measured at 1.0 %.
 """
 
 from __future__ import annotations
@@ -21,16 +21,14 @@ from typing import Any
 
 import pytest
 from slurmdb import exported_cluster, have_slurmdbd
-from slurmledger import compare, run_through_broker, wave
+from slurmledger import compare_jobs, job_wave
 
-from jupyter_gpushare.broker.db import make_engine
-from jupyter_gpushare.broker.service import Broker
 from jupyter_gpushare.export.slurm import account_name
 from jupyter_gpushare.policy import load_policy
 
 POLICY = Path(__file__).resolve().parent / "data" / "slurm_policy.yaml"
 SHARDS = 8
-JOB_SECONDS = 120
+JOB_SECONDS = 60  # the notebook's sleep; papermill's start adds ~12 s in the job
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,36 +38,32 @@ pytestmark = [
 
 
 @pytest.fixture
-def cluster_and_broker(tmp_path: Path) -> Iterator[tuple[Any, Broker]]:
+def cluster() -> Iterator[Any]:
     policy = load_policy(POLICY)
-    accounts = [account_name("vision", "train"), account_name("vision", "interactive"),
-                account_name("nlp", "train")]
+    # the jobs run as root here (alice and bob are no system users): root in the teams'
+    # accounts, as the export's users are
+    accounts = ["vision", "nlp", account_name("vision", "train")]
     with exported_cluster(policy, shards_per_gpu=SHARDS, gpus_per_node=2, cpus_per_node=4,
-                          memory_mib=4000, users={"root": accounts}) as (cluster, _db, _e, _r):
-        broker = Broker(policy, make_engine(f"sqlite:///{tmp_path}/broker.sqlite"))
-        broker.load()
-        try:
-            yield cluster, broker
-        finally:
-            broker.close()
+                          memory_mib=4000, users={"root": accounts}) as (c, _db, _e, results):
+        assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+        yield c
 
 
-def test_sacct_and_the_ledger_agree_within_one_percent(
-        cluster_and_broker: tuple[Any, Broker]) -> None:
-    cluster, broker = cluster_and_broker
-    ran = run_through_broker(cluster, broker, wave(JOB_SECONDS), SHARDS)
-    assert {r.gres for r in ran} == {"gpu:1", "shard:2"}
-    slurm, ledger, rows = compare(cluster, broker, ran, SHARDS)
-    for job, in_slurm, in_ledger in rows:
-        units = 1.0 if job.gres == "gpu:1" else 0.25
-        # the grant covers the whole run (Slurm rounds its times to whole seconds) ...
-        assert in_slurm <= in_ledger + units * 1.0, (job, in_slurm, in_ledger)
-        # ... and is released within a few seconds of the job's end
-        assert in_ledger - in_slurm <= units * 5.0, (job, in_slurm, in_ledger)
-    print(f"Slurm {slurm:.2f} GPU-s, ledger {ledger:.2f} GPU-s, "
-          f"ratio {ledger / slurm:.5f}")
+async def test_sacct_and_the_ledger_agree_within_one_percent(cluster: Any,
+                                                             tmp_path: Path) -> None:
+    policy = load_policy(POLICY)
+    slurm, ledger, rows = await compare_jobs(cluster, policy, tmp_path, job_wave(JOB_SECONDS),
+                                             SHARDS)
+    assert len(rows) == 4
+    info = {slurm_id: cluster.run("sacct", "-X", "-n", "-P", "-j", slurm_id,
+                                  "--format=Account,QOS,AllocTRES").stdout.strip()
+            for _, slurm_id, _, _ in rows}
+    # charged as the export says: the team's account, the class's QOS, gpu or shard TRES
+    assert sorted(i.split("|")[0] for i in info.values()) == ["nlp", "vision", "vision",
+                                                              "vision"]
+    assert sum("gres/shard=2" in i and "|interactive|" in i for i in info.values()) == 2
+    assert sum("gres/gpu=1" in i and "|research|" in i for i in info.values()) == 2
+    for job, _, in_slurm, in_ledger in rows:
+        assert in_slurm > 0 and in_ledger > 0, (job, in_slurm, in_ledger)
+    print(f"Slurm {slurm:.2f} GPU-s, ledger {ledger:.2f} GPU-s, ratio {ledger / slurm:.5f}")
     assert abs(ledger - slurm) <= 0.01 * slurm, (slurm, ledger, rows)
-    # the ledger's own per-team figures hold the same GPU-hours
-    by_team = broker.gpu_hours_between(0, 4e9)
-    assert sum(by_team.values()) * 3600 == pytest.approx(ledger, rel=1e-6)
-    assert set(by_team) == {("vision", "train"), ("nlp", "train"), ("vision", "interactive")}
