@@ -27,7 +27,8 @@ from jupyter_gpushare.policy import parse_policy
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "hub_config" / "gpushare.yaml"
 POLICIES = [EXAMPLE, ROOT / "tests" / "data" / "jobs_policy.yaml",
-            ROOT / "tests" / "data" / "lab_policy.yaml", ROOT / "tests" / "data" / "slurm_policy.yaml"]
+            ROOT / "tests" / "data" / "lab_policy.yaml",
+            ROOT / "tests" / "data" / "slurm_policy.yaml"]
 
 
 def load(path: Path) -> Policy:
