@@ -34,7 +34,7 @@ def fake() -> FakeKube:
 
 @pytest.fixture
 def backend(fake: FakeKube) -> KubeJobsBackend:
-    b = KubeJobsBackend(client=fake)
+    b = KubeJobsBackend(client=fake, poll_min_interval_s=0)  # every poll asks the fake
     b.user_root = lambda user: "/home/ada"
     return b
 
@@ -185,6 +185,22 @@ def test_logs_of_every_attempt_with_offsets_and_forget(
     assert fake.jobs == {} and backend.read_log(first.job_id) == (b"", 0)
 
 
+def test_the_api_server_is_asked_at_most_every_poll_interval(fake: FakeKube) -> None:
+    b = KubeJobsBackend(client=fake, poll_min_interval_s=60)
+    handle = b.submit(run_spec("whole"))
+    assert b.poll(handle).queued
+    fake.admit(NAME, log="hello\n")
+    gets = sum(c[0] == "get_job" for c in fake.calls)
+    for _ in range(20):  # the broker's loop polls every 0.25 s: one API read a minute
+        assert b.poll(handle).queued
+    assert sum(c[0] == "get_job" for c in fake.calls) == gets
+    assert b.read_log(handle.job_id)[0] == b"hello\n"
+    fake.logs[NAME + "-00001"] = "hello\nmore\n"
+    assert b.read_log(handle.job_id)[0] == b"hello\n"  # the last read, within the interval
+    b.signal(handle)  # a stop: the next poll asks again
+    assert b.poll(handle).finished
+
+
 def test_grants_the_pods_could_not_hold_are_refused_before_submit(fake: FakeKube) -> None:
     whole = KubeJobsBackend(client=fake)
     reason = whole.refusal(run_spec("fraction"))
@@ -227,6 +243,7 @@ class FakeClusterBackend(KubeJobsBackend):
     def create(cls, settings: Any) -> KubeJobsBackend:
         backend = super().create(settings)
         backend.client = SHARED["fake"]
+        backend.poll_min_interval_s = 0.05
         return backend
 
 

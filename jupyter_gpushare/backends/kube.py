@@ -32,6 +32,7 @@ import json
 import os
 import posixpath
 import threading
+import time
 from abc import ABCMeta
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -160,6 +161,10 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
     memory_limit_factor = Float(1.0, config=True,
                                 help="Memory limit = the grant's memory request x this.")
     request_timeout_s = Float(30.0, config=True, help="Timeout of one API call.")
+    poll_min_interval_s = Float(
+        2.0, config=True,
+        help="A running attempt's state (and a job's log) is asked of the API server at most "
+        "this often; the broker's loop polls faster and gets the last answer meanwhile.")
     log_cache_bytes = Integer(
         4 * 1024 * 1024, config=True,
         help="Log bytes kept per attempt once its pod ended (its log stays readable after "
@@ -172,6 +177,8 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         self.user_root: Callable[[str], str] | None = None
         self.gpu_memory: Callable[[], Mapping[str, int]] | None = None
         self._logs: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._polled: dict[tuple[str, int], tuple[float, RunStatus]] = {}
+        self._log_reads: OrderedDict[str, tuple[float, list[tuple[int, bytes]]]] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -300,6 +307,29 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
                 str(handle.ref.get("name") or object_name(handle.job_id, handle.attempt)))
 
     def poll(self, handle: RunHandle) -> RunStatus:
+        """The attempt's state (see the module docstring); a live one is asked of the API
+        server at most every ``poll_min_interval_s``."""
+        key = (handle.job_id, handle.attempt)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._polled.get(key)
+        if cached is not None and now - cached[0] < self.poll_min_interval_s:
+            return cached[1]
+        status = self._poll_now(handle)
+        with self._lock:
+            if status.alive:
+                self._polled[key] = (now, status)
+            else:
+                self._polled.pop(key, None)
+        return status
+
+    def _fresh(self, handle: RunHandle) -> None:
+        """The next poll and log read ask the API server again (after a stop)."""
+        with self._lock:
+            self._polled.pop((handle.job_id, handle.attempt), None)
+            self._log_reads.pop(handle.job_id, None)
+
+    def _poll_now(self, handle: RunHandle) -> RunStatus:
         ns, name = self._ns_name(handle)
         job = self.api.get_job(ns, name)
         if job is None:
@@ -405,6 +435,7 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         SIGTERM (the runner saves its notebook and checkpoint), SIGKILL after it. A Job
         still waiting in Kueue has nothing to save: it is deleted."""
         ns, name = self._ns_name(handle)
+        self._fresh(handle)
         self._keep_logs(handle)
         pods = self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt))
         live = [p for p in pods if (p.get("status") or {}).get("phase") not in
@@ -422,6 +453,7 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         """Delete the Job now: its pods with grace 0 (SIGKILL), then the Job in the
         foreground (the ConfigMap goes with it)."""
         ns, name = self._ns_name(handle)
+        self._fresh(handle)
         self._keep_logs(handle)
         for pod in self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt)):
             self.api.delete_pod(ns, str(pod["metadata"]["name"]), 0)
@@ -431,6 +463,21 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
     # -- logs and output ----------------------------------------------------------------------
 
     def _attempt_logs(self, job_id: str) -> list[tuple[int, bytes]]:
+        """Every attempt's log, oldest first (read at most every ``poll_min_interval_s``)."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._log_reads.get(job_id)
+        if cached is not None and now - cached[0] < self.poll_min_interval_s:
+            return cached[1]
+        logs = self._read_logs(job_id)
+        with self._lock:
+            self._log_reads[job_id] = (now, logs)
+            self._log_reads.move_to_end(job_id)
+            while len(self._log_reads) > max(1, self.log_cache_attempts):
+                self._log_reads.popitem(last=False)
+        return logs
+
+    def _read_logs(self, job_id: str) -> list[tuple[int, bytes]]:
         """Every attempt's log, oldest first: from the pods that exist, else the cache."""
         pods = self.api.list_pods(self.namespace, job_selector(job_id))
         found: dict[int, bytes] = {}
@@ -469,7 +516,7 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
     def _keep_logs(self, handle: RunHandle) -> None:
         """Read the attempt's log before its pod is deleted."""
         try:
-            self._attempt_logs(handle.job_id)
+            self._read_logs(handle.job_id)
         except Exception as exc:  # noqa: BLE001 - the stop matters more than the log
             self.log.warning("gpushare: could not keep the log of %s: %s", handle.job_id, exc)
 
@@ -497,6 +544,9 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         with self._lock:
             for key in [k for k in self._logs if k[0] == job_id]:
                 del self._logs[key]
+            for key in [k for k in self._polled if k[0] == job_id]:
+                del self._polled[key]
+            self._log_reads.pop(job_id, None)
 
     def close(self) -> None:
         if self.client is not None:
