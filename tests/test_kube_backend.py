@@ -8,6 +8,8 @@ broker driving it (last test). What is not: the cluster's behaviour, modelled by
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -211,6 +213,9 @@ def test_grants_the_pods_could_not_hold_are_refused_before_submit(fake: FakeKube
     mig = KubeJobsBackend(client=fake, gpu_backend="mig")
     assert "MIG profile" in (mig.refusal(run_spec("whole")) or "")
     assert mig.refusal(run_spec("mig")) is None
+    noise = base64.b64encode(os.urandom(1024 * 1024)).decode()  # does not compress
+    big = {**nbs.simple(), "cells": [{"cell_type": "markdown", "metadata": {}, "source": noise}]}
+    assert "ConfigMap holds at most" in (whole.refusal(run_spec("whole", notebook=big)) or "")
     assert fake.calls == []  # decided from the spec and settings alone
 
 

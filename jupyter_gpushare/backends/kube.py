@@ -47,6 +47,7 @@ from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
 from .kube_client import AlreadyExists, AsyncKubeClient, KubeClient, NotFound
 from .kube_objects import (
     ATTEMPT_LABEL,
+    CONFIGMAP_LIMIT_BYTES,
     CONTAINER,
     JobTemplate,
     Storage,
@@ -250,7 +251,7 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         """A grant the pods could not hold as granted: a fraction with the ``whole``
         backend (it would take a whole GPU the broker counts as partly free), or one the
         Job cannot be built for (a MIG grant naming no profile, output outside the user's
-        files, static storage without its PVC)."""
+        files, static storage without its PVC, a snapshot too big for a ConfigMap)."""
         from ..broker.client import GrantInfo
 
         template = self.template()
@@ -263,6 +264,8 @@ class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
                         "'whole'); use a whole-GPU profile, or a sharing backend (hami, mig, "
                         "kai, timeslice) for the pool")
             job_manifest(spec, self.output_relpath(spec), template)
+            if len(json.dumps(spec.notebook)) > CONFIGMAP_LIMIT_BYTES:  # compress big ones
+                configmap_manifest(spec, self.output_relpath(spec), template)
         except ValueError as exc:
             return str(exc)
         return None
