@@ -40,6 +40,7 @@ def grant(gpus: list[float], **extra: object) -> dict[str, object]:
     ([12.5], 8, Gres("shard", 1)),
     ([10.0], 8, Gres("shard", 1)),  # 0.8 shards: at least 1
     ([33.3], 8, Gres("shard", 3)),  # 2.66: rounded up, never less than granted
+    ([30.0], 8, Gres("shard", 3)),  # 2.4: 3, not 2
     ([50.0], 16, Gres("shard", 8)),
     ([], 8, Gres("", 0)),
 ])
