@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/slurm_submit.py [--jobs 15]
 
-Starts the test Slurm cluster (``tests/slurmcluster.py``: slurmctld and four slurmd in their
+Starts the test Slurm cluster (``tests/slurmcluster.py``: slurmctld and five slurmd in their
 own network namespaces) and, one after the other, two in-process brokers with the same
 policy (``tests/data/slurm_jobs_policy.yaml``): one with the local backend (the baseline),
 one with ``SlurmBackend``. Each submits ``--jobs`` small notebooks one at a time through
@@ -40,7 +40,7 @@ from jupyter_gpushare.policy import load_policy  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 POLICY = ROOT / "tests" / "data" / "slurm_jobs_policy.yaml"
-NODES = ["sl-t-0", "sl-x-0", "sl-s-0", "sl-w-0"]
+NODES = ["sl-t-0", "sl-x-0", "sl-x-1", "sl-s-0", "sl-w-0"]
 
 
 def p90(values: list[float]) -> float:

@@ -1,4 +1,4 @@
-"""Batch jobs on a real Slurm cluster (tests/slurmcluster.py: slurmctld and four slurmd in
+"""Batch jobs on a real Slurm cluster (tests/slurmcluster.py: slurmctld and five slurmd in
 their own namespaces) through a real in-process broker with ``SlurmBackend``.
 
 The policy (``data/slurm_jobs_policy.yaml``) names the cluster's nodes; every job is a real
@@ -27,7 +27,7 @@ from jupyter_gpushare.policy import load_policy
 
 pytestmark = [pytest.mark.slow, needs_slurm]
 POLICY = Path(__file__).resolve().parent / "data" / "slurm_jobs_policy.yaml"
-NODES = ["sl-t-0", "sl-x-0", "sl-s-0", "sl-w-0"]  # ghost-0 of the policy is no Slurm node
+NODES = ["sl-t-0", "sl-x-0", "sl-x-1", "sl-s-0", "sl-w-0"]  # ghost-0 of the policy is no Slurm node
 
 
 @pytest.fixture(scope="module")
@@ -207,27 +207,69 @@ async def test_cancel_preemption_requeue_and_resume_on_slurm(
     assert not app.broker.state.grants and not app.broker.queue
 
 
+async def wait_in_log(app: Any, job_id: str, text: bytes, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in app.jobs.backend.read_log(job_id)[0]:
+        assert time.monotonic() < deadline, app.jobs.backend.read_log(job_id)[0][-2000:]
+        await asyncio.sleep(0.2)
+
+
+def node_of(app: Any, job_id: str) -> str:
+    job = app.jobs.store.live[job_id]
+    return str(app.broker.state.grants[job.grant_id].placement.node)
+
+
 async def test_a_killed_node_ends_the_attempt_with_slurms_reason(
     app: Any, cluster: SlurmCluster
 ) -> None:
+    """kill -9 of a node's slurmd and every process on it: Slurm says NODE_FAIL; the broker
+    releases the grant and drains the node; a job without checkpoints fails with Slurm's
+    reason, one that checkpoints is requeued onto the other node and resumes there."""
     status, job = await submit(app, "tok-bob", nbs.sleeping(120), profile="spare-1gpu")
     assert status == 201, job
     await wait_state(app, "tok-bob", job["id"], {"running"})
-    deadline = time.monotonic() + 60
-    while b"sleeping" not in app.jobs.backend.read_log(job["id"])[0]:  # its kernel runs
-        assert time.monotonic() < deadline, cluster.logs()
-        await asyncio.sleep(0.2)
+    await wait_in_log(app, job["id"], b"sleeping")  # its kernel runs
+    node = node_of(app, job["id"])
     try:
-        cluster.kill_node("sl-x-0")
+        cluster.kill_node(node)
         done = await wait_state(app, "tok-bob", job["id"], {"failed", "succeeded", "queued"},
                                 timeout=90)
     finally:
-        cluster.restart_node("sl-x-0")
+        cluster.restart_node(node)
     assert done["state"] == "failed", done
-    assert "NODE_FAIL on sl-x-0: its node failed" in done["reason"], done
+    assert f"NODE_FAIL on {node}: its node failed" in done["reason"], done
     assert done["error"]["slurm_state"] == "NODE_FAIL"
     assert done["grant_id"] is None and not app.broker.state.grants  # its grant released
     assert done["gpu_hours"] > 0
+    assert app.broker.state.nodes[node].cordoned  # drained until an admin undrains it
+    app.broker.set_cordon(node, False)
+    # a job that checkpoints: requeued as a new attempt, elsewhere, resumed
+    status, counter = await submit(app, "tok-bob", nbs.counting(steps=10, delay=0.4),
+                                   profile="spare-1gpu", checkpoint=True)
+    assert status == 201, counter
+    await wait_state(app, "tok-bob", counter["id"], {"running"})
+    await wait_in_log(app, counter["id"], b"step 2")
+    first = node_of(app, counter["id"])
+    try:
+        cluster.kill_node(first)
+        done = await wait_state(app, "tok-bob", counter["id"], {"succeeded", "failed"},
+                                timeout=150)
+    finally:
+        cluster.restart_node(first)
+        app.broker.set_cordon(first, False)
+    assert done["state"] == "succeeded" and done["attempt"] == 2, done
+    _, events = await call(app, "GET", f"/jobs/{counter['id']}/events", "tok-bob")
+    reasons = [e["reason"] for e in events["events"]]
+    assert any(f"requeued after node {first} failed" in r for r in reasons), reasons
+    assert any("NODE_FAIL" in r for r in reasons), reasons
+    ckpt = Path(app.jobs.backend.checkpoint_dir(counter["id"]))
+    attempts = (ckpt / "attempts.txt").read_text().split("\n")
+    assert attempts[0] == "1 0" and int(attempts[1].split()[1]) >= 2  # resumed
+    got = slurm_fields(cluster, cluster.run(
+        "squeue", "-h", "--states=all", f"--name=gpushare-{counter['id']}-a2", "-o", "%i"
+    ).stdout.strip())
+    assert got["NodeList"] != first and got["JobState"] == "COMPLETED", got
+    assert not app.broker.state.grants
 
 
 async def test_a_restarted_broker_reattaches_a_running_slurm_job(

@@ -142,6 +142,10 @@ def test_scontrol_lines_are_read() -> None:
                                    "REQUEUED", "COMPLETING"])
 def test_states_that_still_hold_the_grant(state: str) -> None:
     assert status_from(job(state), None, True).alive is True  # type: ignore[arg-type]
+    assert status_from(job(state), None, True).queued is (  # type: ignore[arg-type]
+        state in ("PENDING", "CONFIGURING", "REQUEUED"))
+    assert status_from(job("PENDING", "Resources"), None, True  # type: ignore[arg-type]
+                       ).reason == "Resources"
 
 
 @pytest.mark.parametrize(("state", "reason", "words"), [
@@ -158,6 +162,7 @@ def test_ends_without_a_result_carry_slurms_reason(state: str, reason: str, word
     assert status.alive is False and status.finished is False and status.exit_code == 1
     assert status.error is not None and words in status.error["summary"]
     assert status.error["slurm_state"] == state
+    assert status.node_failed == ("node2" if state == "NODE_FAIL" else None)  # drain, requeue
 
 
 def test_the_runners_result_wins_once_slurm_says_it_ended() -> None:

@@ -107,6 +107,7 @@ class RunStatus:
     preempted: bool = False  # the engine itself took the GPUs back (e.g. Kueue evicted it)
     queued: bool = False  # alive, but the engine still holds it in its queue
     reason: str = ""  # what the engine says about the run (why it waits, why it ended)
+    node_failed: str | None = None  # the node was lost under the run (e.g. Slurm NODE_FAIL)
 
 
 class JobBackend(ABC):

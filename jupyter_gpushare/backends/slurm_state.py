@@ -21,6 +21,7 @@ ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
                    "RESV_DEL_HOLD", "STOPPED"})
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+NODE_LOST = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 WHY = {
     "COMPLETED": "the batch script ended",
     "FAILED": "the batch script failed",
@@ -113,8 +114,9 @@ def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
     it) and the runner's ``status.json`` (``result``)."""
     if job is None and result is None and not launched:
         return RunStatus(alive=False, started=False)
-    if job is not None and job.state in ALIVE:
-        return RunStatus(alive=True)  # pending counts as alive: it holds its grant
+    if job is not None and job.state in ALIVE:  # pending counts as alive: it holds its grant
+        why = job.reason if job.reason not in ("None", "(null)") else ""
+        return RunStatus(alive=True, queued=job.queued, reason=why)
     if job is not None and job.state == "COMPLETING" and result is None:
         return RunStatus(alive=True)  # the batch step is ending; the result comes next
     if result is not None:
@@ -129,9 +131,11 @@ def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
         return RunStatus(alive=False, exit_code=None, error={
             "summary": "the Slurm job is gone (slurmctld no longer knows it) without a result"})
     summary = slurm_summary(job)
+    lost = job.state in NODE_LOST and job.nodes not in ("", "(null)")
     return RunStatus(
         alive=False, finished=False, exit_code=job.exit_code,
         error={"summary": summary, "slurm_state": job.state, "slurm_reason": job.reason,
                "slurm_job_id": job.job_id},
         started_at=job.start, ended_at=job.end,
+        node_failed=job.nodes if lost else None,
     )

@@ -367,6 +367,9 @@ class JobManager(JobSettings):
     def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None:
         """A run ended: release its grant and write the job's outcome (``drain``: decide
         on the pool's queue again at once; the loop does it once for all that ended)."""
+        if status.node_failed and not status.finished and not job.cancel_requested:
+            self._node_failed(job, status, drain=drain)
+            return
         over = bool(job.handle and job.handle.get("over_runtime"))
         state = final_state(status.exit_code if status.finished else None,
                             job.preempt_signalled or status.preempted, job.cancel_requested)
@@ -397,6 +400,30 @@ class JobManager(JobSettings):
         if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
             for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
                 self.backend.forget(old)
+
+    def _node_failed(self, job: Job, status: RunStatus, *, drain: bool) -> None:
+        """The run's node was lost (the backend says so, e.g. Slurm NODE_FAIL): drain the
+        node in the broker (an admin undrains it once it is back), release the grant, and
+        requeue a job that checkpoints as a new attempt, placed elsewhere; fail the others
+        with the backend's reason."""
+        node = str(status.node_failed)
+        why = (status.error or {}).get("summary") or f"its node {node} failed"
+        known = self.broker.state.nodes.get(node)
+        if known is not None and not known.cordoned:
+            self.broker.set_cordon(node, True)
+            log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
+        checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)
+        hours = self._release(job, f"job's node {node} failed", drain=drain and not checkpoints)
+        if checkpoints:
+            self.store.note(job, f"{why}; node {node} drained", grant_id=None,
+                            gpu_hours=job.gpu_hours + hours)
+            self._ask_again(job, job.attempt + 1, f"requeued after node {node} failed "
+                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
+            return
+        self.store.transition(job, JobState.FAILED, why, error=status.error, grant_id=None,
+                              gpu_hours=job.gpu_hours + hours)
+        for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
+            self.backend.forget(old)
 
     def _release(self, job: Job, reason: str, *, drain: bool = True) -> float:
         """Release the job's grant if it still lives; the GPU-hours of this attempt."""
