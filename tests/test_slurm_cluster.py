@@ -64,9 +64,13 @@ def test_three_nodes_each_with_its_hostname_gpus_and_shards(
     addrs = {cluster.nodes[n].ip for n in cluster.node_names} | {cluster.ctld.ip}
     assert len(addrs) == 4 and all(a.startswith("10.") for a in addrs)
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    for node in cluster.nodes.values():
+    for node in [*cluster.nodes.values(), cluster.ctld]:
         assert node.netns in netns
         assert node.proc is not None and node.proc.pid in cluster.netns_pids(node.netns)
+        routes = subprocess.run(["ip", "-n", node.netns, "-4", "route"], capture_output=True,
+                                text=True).stdout.splitlines()
+        # no default route: nothing in a namespace can reach past the bridge's subnet
+        assert [r.split()[0] for r in routes] == [str(cluster.subnet)], routes
 
 
 def test_a_killed_node_goes_down_and_comes_back(
