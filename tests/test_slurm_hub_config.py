@@ -30,6 +30,10 @@ def test_the_example_config_wires_the_slurm_spawner(tmp_path, monkeypatch):
     traits = set(SlurmGPUShareSpawner.class_trait_names(config=True))
     assert set(c.SlurmGPUShareSpawner) <= traits, set(c.SlurmGPUShareSpawner) - traits
     assert (tmp_path / "gpushare_tokens.json").exists()
+    # logins carry the user's Unix groups (the teams) into JupyterHub
+    assert c.Authenticator.manage_groups is True
+    model = c.Authenticator.post_auth_hook(None, None, {"name": "root"})
+    assert "root" in model["groups"]
 
 
 def test_the_example_policy_is_valid_and_names_slurm_nodes():

@@ -53,8 +53,22 @@ c.JupyterHub.authenticator_class = "pam"
 c.Authenticator.allowed_groups = {"vision", "nlp"}  # the policy's teams' groups
 c.Authenticator.admin_users = {"hubadmin"}
 c.LocalAuthenticator.create_system_users = False
-# read each user's Unix groups at login: gpushare teams are JupyterHub groups
-c.PAMAuthenticator.manage_groups = True
+
+
+def unix_groups(authenticator: object, handler: object, auth_model: dict) -> dict:
+    """At each login, the user's Unix groups become their JupyterHub groups: gpushare
+    teams are JupyterHub groups (the policy's teams.*.groups)."""
+    import grp
+    import pwd
+
+    name = auth_model["name"]
+    gids = os.getgrouplist(name, pwd.getpwnam(name).pw_gid)
+    auth_model["groups"] = sorted({grp.getgrgid(g).gr_name for g in gids})
+    return auth_model
+
+
+c.Authenticator.post_auth_hook = unix_groups
+c.Authenticator.manage_groups = True
 
 # --- gpushare: the broker service, roles, and the Slurm spawner --------------------------
 setup_gpushare(
