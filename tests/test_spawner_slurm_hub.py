@@ -35,8 +35,14 @@ inventory:
       cpu: 4
       memory: 4000MiB
       gpus: [{model: H200, memory: 80GiB, count: 2}]
+    - name: node2
+      pool: train
+      cpu: 4
+      memory: 4000MiB
+      gpus: [{model: H200, memory: 80GiB, count: 2}]
 pools:
   interactive: {mode: shared}
+  train: {mode: exclusive}
 priority_classes:
   interactive: {value: 500, preemptible: false, grace_period: 3s}
 teams:
@@ -44,9 +50,17 @@ teams:
     groups: [alpha]
     quotas:
       interactive: {guaranteed: 1}
+      train: {guaranteed: 1}
 profiles:
   - {slug: quarter, display_name: Quarter GPU, pool: interactive, gpu: {fraction: 1/4},
      cpu: 1, memory: 1GiB, max_lifetime: 2h}
+  - {slug: one-gpu, display_name: One GPU, pool: train, gpu: {count: 1}, cpu: 1,
+     memory: 1GiB}
+"""
+
+# what the job's environment holds, written by the batch script before the server starts
+JOB_ENV = """
+c.TestSlurmGPUShareSpawner.req_prologue = 'env > "$HOME/.job-env-$SLURM_JOB_ID"'
 """
 
 
@@ -57,7 +71,7 @@ def setup(tmp_path_factory, slurm_cluster: SlurmCluster):  # noqa: F811
     policy.write_text(POLICY)
     broker_port = free_port()
     extra = slurm_hub_config(slurm_cluster, tmp / "home", policy=policy,
-                             broker_port=broker_port)
+                             broker_port=broker_port) + JOB_ENV
     hub = start_hub(tmp / "hub", extra_config=extra, env=hub_env(slurm_cluster))
     try:
         for name in ("alice", "bob"):
@@ -66,6 +80,7 @@ def setup(tmp_path_factory, slurm_cluster: SlurmCluster):  # noqa: F811
                           "/services/gpushare/api/v1")
         hub.extra = extra
         hub.cluster = slurm_cluster
+        hub.home = tmp / "home"
         yield hub
         for user in ("alice", "bob"):
             hub.api("DELETE", f"/users/{user}/server")
@@ -134,8 +149,15 @@ def get_via_proxy(hub, path: str, token: str) -> tuple[int, dict]:
         return exc.code, {}
 
 
-def spawn(hub, user: str) -> tuple[int, object]:
-    return hub.api("POST", f"/users/{user}/server", {"profile": "quarter"}, timeout=200)
+def spawn(hub, user: str, profile: str = "quarter") -> tuple[int, object]:
+    return hub.api("POST", f"/users/{user}/server", {"profile": profile}, timeout=200)
+
+
+def job_env(hub, user: str, job_id: str) -> dict[str, str]:
+    """The environment the Slurm job started the server with (the JOB_ENV prologue)."""
+    path = hub.home / user / f".job-env-{job_id}"
+    lines = path.read_text().splitlines()
+    return dict(ln.split("=", 1) for ln in lines if "=" in ln)
 
 
 def check_running_job(hub, user: str) -> tuple[str, dict]:
@@ -176,6 +198,21 @@ def test_a_fraction_server_is_a_slurm_job_reached_through_the_proxy(setup):
     wait_ready(hub, "alice")
     reader.join(60)
     job_id, grant = check_running_job(hub, "alice")
+    # the grant's environment reached the server through --export, beside Slurm's own
+    env = job_env(hub, "alice", job_id)
+    assert env["GPUSHARE_GRANT_ID"] == grant["id"]
+    assert env["GPUSHARE_SLURM_GRES"] == "shard:2"
+    assert env["GPUSHARE_ENFORCEMENT"] == "slurm-shard"
+    assert env["GPUSHARE_UNITS"] == "0.25" and env["GPUSHARE_TEAM"] == "alpha"
+    assert env["GPUSHARE_BROKER_URL"] == hub.broker_api  # reachable from the node
+    # framework caps hold the memory share (shards do not): the grant's MiB of the 80 GiB card
+    share = grant["gpus"][0]["memory_mib"] / 81920
+    assert 0 < share <= 0.25
+    assert float(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == pytest.approx(share, abs=0.001)
+    assert env["GPUSHARE_TORCH_MEMORY_FRACTION"] == env["XLA_PYTHON_CLIENT_MEM_FRACTION"]
+    assert env["SLURM_JOB_ID"] == job_id
+    assert env.get("CUDA_VISIBLE_DEVICES") == "0", env.get("CUDA_VISIBLE_DEVICES")  # Slurm's
+    assert env["JUPYTERHUB_API_URL"].startswith(f"http://{hub.cluster.host_ip}:")
     text = "\n".join(json.dumps(e) for e in reader.events)
     messages = [str(e.get("message", "")) for e in reader.events]
     assert any(m.startswith("Granted 0.25 GPU on node1") for m in messages), text
@@ -189,6 +226,27 @@ def test_a_fraction_server_is_a_slurm_job_reached_through_the_proxy(setup):
     assert job_info(hub.cluster, job_id)["JobState"] in ("CANCELLED", "COMPLETED"), job_id
     assert live_grants(hub, "alice") == []
     assert broker(hub, f"/grants/{grant['id']}").get("released_at")
+
+
+def test_a_whole_gpu_server_gets_gres_gpu(setup):
+    hub = setup
+    assert spawn(hub, "bob", "one-gpu")[0] in (201, 202)
+    wait_ready(hub, "bob")
+    srv = server_model(hub, "bob")
+    job_id = str(srv["state"]["job_id"])
+    (grant,) = live_grants(hub, "bob")
+    info = job_info(hub.cluster, job_id)
+    assert info["JobState"] == "RUNNING", info
+    assert info["TresPerNode"] == "gres:gpu:1", info
+    assert info["ReqNodeList"] == grant["node"] == "node2", info
+    env = job_env(hub, "bob", job_id)
+    assert env["GPUSHARE_SLURM_GRES"] == "gpu:1"
+    assert env["GPUSHARE_ENFORCEMENT"] == "slurm-gpu"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env  # the whole card is the job's
+    assert env.get("CUDA_VISIBLE_DEVICES") in ("0", "1"), env.get("CUDA_VISIBLE_DEVICES")
+    stop(hub, "bob")
+    assert not in_queue(hub.cluster, job_id)
+    assert live_grants(hub, "bob") == []
 
 
 def test_a_spawn_waiting_in_slurm_shows_the_reason(setup):
