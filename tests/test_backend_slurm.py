@@ -272,6 +272,49 @@ async def test_a_killed_node_ends_the_attempt_with_slurms_reason(
     assert not app.broker.state.grants
 
 
+async def test_a_job_pending_on_a_dead_node_is_placed_again_elsewhere(
+    app: Any, cluster: SlurmCluster
+) -> None:
+    """The broker does not know yet that sl-x-0 died and places a job there: Slurm keeps it
+    pending (ReqNodeNotAvail); the backend cancels it and ends the attempt as lost with its
+    node, the broker drains the node and the job (it checkpoints) runs on sl-x-1."""
+    app.broker.set_cordon("sl-x-1", True)  # so that the broker picks the dead node
+    cluster.kill_node("sl-x-0")
+    try:
+        cluster.wait_nodes(lambda s: s.startswith("down"), ["sl-x-0"], timeout=60)
+        status, job = await submit(app, "tok-bob", nbs.counting(steps=3, delay=0.2),
+                                   profile="spare-1gpu", checkpoint=True)
+        assert status == 201, job
+        deadline = time.monotonic() + 60
+        while True:
+            _, now = await call(app, "GET", f"/jobs/{job['id']}", "tok-bob")
+            if now["attempt"] == 2:
+                break
+            assert time.monotonic() < deadline, now
+            await asyncio.sleep(0.3)
+        assert now["state"] == "queued", now  # sl-x-1 is still cordoned
+        assert app.broker.state.nodes["sl-x-0"].cordoned
+        app.broker.set_cordon("sl-x-1", False)
+        done = await wait_state(app, "tok-bob", job["id"], {"succeeded", "failed"})
+    finally:
+        cluster.restart_node("sl-x-0")
+        app.broker.set_cordon("sl-x-0", False)
+        app.broker.set_cordon("sl-x-1", False)
+    assert done["state"] == "succeeded" and done["attempt"] == 2, done
+    _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-bob")
+    reasons = " | ".join(e["reason"] for e in events["events"])
+    assert "could not start: its node sl-x-0 is DOWN" in reasons, reasons
+    first = slurm_fields(cluster, cluster.run(
+        "squeue", "-h", "--states=all", f"--name=gpushare-{job['id']}-a1", "-o", "%i"
+    ).stdout.strip())
+    assert first["JobState"] == "CANCELLED", first  # never left to start on its own later
+    second = slurm_fields(cluster, cluster.run(
+        "squeue", "-h", "--states=all", f"--name=gpushare-{job['id']}-a2", "-o", "%i"
+    ).stdout.strip())
+    assert second["NodeList"] == "sl-x-1" and second["JobState"] == "COMPLETED", second
+    assert not app.broker.state.grants
+
+
 async def test_a_restarted_broker_reattaches_a_running_slurm_job(
     cluster: SlurmCluster, tmp_path: Path
 ) -> None:

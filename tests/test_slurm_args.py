@@ -21,7 +21,12 @@ from jupyter_gpushare.backends.slurm_args import (
     scancel_signal_argv,
     time_minutes,
 )
-from jupyter_gpushare.backends.slurm_state import parse_scontrol_job, status_from
+from jupyter_gpushare.backends.slurm_state import (
+    node_dead,
+    parse_scontrol_job,
+    status_from,
+    stuck_on,
+)
 
 
 def grant(gpus: list[float], **extra: object) -> dict[str, object]:
@@ -176,3 +181,19 @@ def test_the_runners_result_wins_once_slurm_says_it_ended() -> None:
     assert status_from(None, None, False).started is False
     lost = status_from(None, None, True)
     assert lost.alive is False and "gone" in (lost.error or {})["summary"]
+
+
+def test_a_pending_job_stuck_on_a_dead_node() -> None:
+    line = ("JobId=9 JobName=gpushare-j-a1 JobState=PENDING "
+            "Reason=ReqNodeNotAvail,_UnavailableNodes:node2 ExitCode=0:0 NodeList=(null) "
+            "ReqNodeList={req}")
+    pending = parse_scontrol_job(line.format(req="node2"))
+    assert pending is not None and pending.req_nodes == "node2"
+    assert stuck_on(pending, {"node2": "DOWN*"}) == "node2"
+    assert stuck_on(pending, {"node2": "IDLE+DRAIN"}) == "node2"
+    assert stuck_on(pending, {"node2": "IDLE"}) is None  # it will start
+    assert stuck_on(pending, {"node2": "MIXED"}) is None
+    waiting = parse_scontrol_job(line.format(req="node2").replace(
+        "ReqNodeNotAvail,_UnavailableNodes:node2", "Resources"))
+    assert waiting is not None and stuck_on(waiting, {"node2": "DOWN"}) is None
+    assert node_dead("DOWN+NOT_RESPONDING") and node_dead("IDLE*") and not node_dead("ALLOCATED")

@@ -64,7 +64,7 @@ from .slurm_args import (
     scancel_argv,
     scancel_signal_argv,
 )
-from .slurm_state import SlurmJob, parse_scontrol_job, status_from
+from .slurm_state import SlurmJob, parse_scontrol_job, status_from, stuck_on
 
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
@@ -391,7 +391,30 @@ class SlurmBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
         if job is not None and not job.alive and result is None:
             with contextlib.suppress(OSError, ValueError):  # written just as the job ended
                 result = json.loads((adir / "status.json").read_text())
+        if job is not None and job.queued and job.reason.startswith("ReqNodeNotAvail"):
+            lost = self._pending_on_dead_node(handle, job)
+            if lost is not None:
+                return lost
         return status_from(job, result, launched)
+
+    def _pending_on_dead_node(self, handle: RunHandle, job: SlurmJob) -> RunStatus | None:
+        """A job still pending on the node the broker chose, which Slurm has down or
+        drained: cancel it in Slurm and end the attempt as lost with its node, so the
+        broker releases the grant (and places a new attempt elsewhere)."""
+        self._nodes = None  # a fresh look at the nodes: this is rare
+        try:
+            states = {n: i.state for n, i in self.nodes().items()}
+        except SlurmCommandError:
+            return None
+        node = stuck_on(job, states)
+        if node is None:
+            return None
+        self.kill(handle)
+        summary = (f"Slurm job {job.job_id} could not start: its node {node} is "
+                   f"{states[node]} (reason: {job.reason})")
+        return RunStatus(alive=False, finished=False, node_failed=node, error={
+            "summary": summary, "slurm_state": job.state, "slurm_reason": job.reason,
+            "slurm_job_id": job.job_id})
 
     def _forget_cached(self, sid: str) -> None:
         with self._lock:

@@ -49,6 +49,7 @@ class SlurmJob:
     start: float | None
     end: float | None
     restarts: int = 0
+    req_nodes: str = ""  # ReqNodeList: the node the job was asked to run on
 
     @property
     def alive(self) -> bool:
@@ -91,7 +92,30 @@ def parse_scontrol_job(line: str) -> SlurmJob | None:
         nodes=fields.get("NodeList", ""), start=_time(fields.get("StartTime", "")),
         end=_time(fields.get("EndTime", "")),
         restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+        req_nodes="" if fields.get("ReqNodeList") in (None, "(null)") else fields["ReqNodeList"],
     )
+
+
+DEAD_NODE_WORDS = ("DOWN", "NOT_RESPONDING", "FAIL", "DRAIN", "POWERED_DOWN", "FUTURE")
+
+
+def node_dead(state: str) -> bool:
+    """Whether a node ``State=`` (``DOWN*``, ``IDLE+DRAIN``...) can start no job now."""
+    words = state.upper().replace("*", "+NOT_RESPONDING").split("+")
+    return any(w.startswith(DEAD_NODE_WORDS) for w in words)
+
+
+def stuck_on(job: SlurmJob, node_states: dict[str, str]) -> str | None:
+    """The node a pending job waits for in vain (it is down or drained), or None.
+
+    The broker asked for one node (``--nodelist``); Slurm keeps such a job pending with
+    ``ReqNodeNotAvail`` until the node returns, while its grant would be held for ever."""
+    if not job.queued or not job.reason.startswith("ReqNodeNotAvail"):
+        return None
+    node = job.req_nodes
+    if node and "," not in node and node_dead(node_states.get(node, "")):
+        return node
+    return None
 
 
 def slurm_summary(job: SlurmJob) -> str:
