@@ -227,6 +227,12 @@ def test_a_fraction_server_is_a_slurm_job_reached_through_the_proxy(setup):
     assert live_grants(hub, "alice") == []
     assert broker(hub, f"/grants/{grant['id']}").get("released_at")
 
+    # batchspawner would lay user options over its script's variables: none but the
+    # profile is accepted, and nothing is submitted
+    status, body = hub.api("POST", "/users/alice/server", {"profile": "quarter", "gres": "gpu:2"})
+    assert status == 400 and "not offered: gres" in body["message"], (status, body)
+    assert server_model(hub, "alice") is None and live_grants(hub, "alice") == []
+
 
 def test_a_whole_gpu_server_gets_gres_gpu(setup):
     hub = setup

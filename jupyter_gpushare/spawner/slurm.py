@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from batchspawner import SlurmSpawner, format_template
-from traitlets import Bool, Dict, Float, Integer, Unicode
+from traitlets import Bool, Dict, Float, Integer, Unicode, default
 
 from jupyter_gpushare.broker.client import GrantInfo
 from jupyter_gpushare.core.model import Profile
@@ -232,6 +232,11 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
 
     gpushare_slurm: SlurmRequest | None = None
 
+    @default("gpu_poll_interval")
+    def _default_gpu_poll_interval(self) -> float:
+        # each poll is an squeue call to slurmctld: every 10 s per server, not 2 s
+        return 10.0
+
     # ------------------------------------------------------------------ grant -> job
 
     def effective_shards_per_gpu(self) -> int:
@@ -312,15 +317,19 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
                 subvars["qos"] = req.qos
             if req.account:
                 subvars["account"] = req.account
-        # the variables passed with --export are this spawn's (a grant adds some)
+        return subvars
+
+    async def _get_batch_script(self, **subvars: Any) -> str:
+        # batchspawner lays user_options over the template's variables; only the grant and
+        # the admin's req_* settings may fill them (the form offers 'profile' alone)
+        subvars.update(self.get_req_subvars())
+        # the variables passed with --export are this spawn's (a grant adds some; batchspawner
+        # computes req_keepvars once per spawner object)
         names = [n for n in str(subvars.get("keepvars") or "").split(",") if n]
         for key in self.get_env():
             if key not in names:
                 names.append(key)
         subvars["keepvars"] = ",".join(names)
-        return subvars
-
-    async def _get_batch_script(self, **subvars: Any) -> str:
         script: str = await super()._get_batch_script(**subvars)
         req = self.gpushare_slurm if self.grant_id else None
         return add_directives(script, req) if req is not None else script
