@@ -19,9 +19,12 @@ the broker's HTTP layer.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
+
+from traitlets.config import LoggingConfigurable
+from traitlets.traitlets import MetaHasTraits
 
 
 @dataclass(frozen=True)
@@ -174,3 +177,13 @@ class JobBackend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Stop watching (runs go on where the backend allows it)."""
+
+
+class _ConfigurableBackendMeta(MetaHasTraits, ABCMeta):
+    """JobBackend is an ABC, LoggingConfigurable a HasTraits: one metaclass for both."""
+
+
+class ConfigurableJobBackend(JobBackend, LoggingConfigurable, metaclass=_ConfigurableBackendMeta):
+    """A backend whose settings are traitlets (``c.<ClassName>.<setting>``), built by
+    :meth:`JobBackend.create` with the job settings as its ``parent``: the base of the
+    cluster backends (Slurm, Kubernetes, YTsaurus)."""

@@ -33,17 +33,14 @@ import os
 import posixpath
 import threading
 import time
-from abc import ABCMeta
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
-from traitlets.config import LoggingConfigurable
-from traitlets.traitlets import MetaHasTraits
 
 from ..spawner import enforcement
-from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .kube_client import AlreadyExists, AsyncKubeClient, KubeClient, NotFound
 from .kube_objects import (
     ATTEMPT_LABEL,
@@ -90,11 +87,8 @@ def _disrupted(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-class _Meta(MetaHasTraits, ABCMeta):
-    """A traitlets class that is also an abstract JobBackend."""
 
-
-class KubeJobsBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
+class KubeJobsBackend(ConfigurableJobBackend):
     """Batch jobs as Kubernetes Jobs admitted by Kueue (see the module docstring)."""
 
     name = "kubernetes"

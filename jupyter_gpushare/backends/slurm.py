@@ -39,16 +39,13 @@ import subprocess
 import sys
 import threading
 import time
-from abc import ABCMeta
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from traitlets import Bool, Float, Integer, List, Unicode
-from traitlets.config import LoggingConfigurable
-from traitlets.traitlets import MetaHasTraits
 
-from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .local import RUNNER, _with_cell_ids, _write_json
 from .slurm_args import (
     SbatchOptions,
@@ -71,15 +68,12 @@ DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNE
 """Grant variables Slurm sets itself on the node (from the GRES), or that name a local MPS."""
 
 
-class _Meta(MetaHasTraits, ABCMeta):
-    """JobBackend is an ABC, LoggingConfigurable a HasTraits: one metaclass for both."""
-
 
 class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message carries its stderr."""
 
 
-class SlurmBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
+class SlurmBackend(ConfigurableJobBackend):
     """Jobs as Slurm batch jobs on the node the broker placed them on (module docstring)."""
 
     name = "slurm"

@@ -33,17 +33,14 @@ import json
 import os
 import stat
 import threading
-from abc import ABCMeta
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 from traitlets import Bool, Dict, Float, Integer, List, Unicode
-from traitlets.config import LoggingConfigurable
-from traitlets.traitlets import MetaHasTraits
 
 from . import ytsaurus_spec as ys
-from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .local import _with_cell_ids
 from .ytsaurus_job import joined, parse_rows
 
@@ -117,11 +114,8 @@ def _keep(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
         cache.popitem(last=False)
 
 
-class _Meta(MetaHasTraits, ABCMeta):
-    """A JobBackend that is also a traitlets Configurable."""
 
-
-class YTsaurusBackend(JobBackend, LoggingConfigurable, metaclass=_Meta):
+class YTsaurusBackend(ConfigurableJobBackend):
     """Runs each attempt of a job as a YTsaurus vanilla operation (see the module)."""
 
     name = "ytsaurus"
