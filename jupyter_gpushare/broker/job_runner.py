@@ -40,6 +40,7 @@ from ..core.model import UNIT, Grant, Kind
 from .db import grants_table, jobs_table
 from .ids import new_id
 from .job_settings import JobSettings
+from .job_spec import build_run_spec
 from .jobs import Job, JobStore
 from .preempt import BatchBackend
 from .serial import spec_to_request
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpushare.broker.jobs")
 
-ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
-"""Variables of the broker's environment a job inherits (never its hub token)."""
 STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
 
 
@@ -248,46 +247,11 @@ class JobManager(JobSettings):
         )
 
     def _run_spec(self, job: Job, grant: Grant) -> RunSpec:
-        notebook = self.store.notebook(job.id)
-        out = self.output_file(job)
-        kernel = ((notebook.get("metadata") or {}).get("kernelspec") or {}).get("name") or ""
-        return RunSpec(
-            job_id=job.id,
-            attempt=job.attempt,
-            user=job.user,
-            notebook=notebook,
-            parameters=job.parameters,
-            output_path=out,
-            cwd=os.path.dirname(out),
-            env=self._job_env(grant),
-            max_runtime_s=job.max_runtime_s,
-            kernel_name=kernel,
-            name=job.name,
-            grant=self.broker.grant_view(grant),
-        )
-
-    def _job_env(self, grant: Grant) -> dict[str, str]:
-        from ..broker.client import GrantInfo
-        from ..spawner.enforcement import local_env, mps_daemon_running
-
         if self._real_gpus is None:
             from ..spawner.local import real_gpus_present
 
             self._real_gpus = real_gpus_present()
-        mps = self.mps == "on" or (
-            self.mps == "auto" and mps_daemon_running(self.mps_pipe_directory or None)
-        )
-        env = {k: os.environ[k] for k in ENV_PASSED if k in os.environ}
-        env.update({str(k): str(v) for k, v in self.extra_env.items()})
-        info = GrantInfo.from_json(self.broker.grant_view(grant))
-        env.update(
-            local_env(
-                info, mps=mps, real_gpus_present=self._real_gpus, broker_url="",
-                mps_pipe_dir=self.mps_pipe_directory or None,
-                inherited_pythonpath=env.get("PYTHONPATH", ""),
-            )
-        )
-        return env
+        return build_run_spec(self, job, grant, real_gpus=self._real_gpus)
 
     async def _signal(self, job: Job, reason: str) -> None:
         handle = _handle(job)
