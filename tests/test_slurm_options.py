@@ -78,8 +78,9 @@ def test_account_qos_node_partition_time():
     assert req.options() == {
         "--gres": "shard:2", "--account": "vision_interactive", "--qos": "interactive",
         "--nodelist": "node1", "--partition": "gpu", "--time": "08:00:00",
+        "--no-requeue": "",
     }
-    assert req.args()[0] == "--gres=shard:2"
+    assert req.args()[0] == "--gres=shard:2" and req.args()[-1] == "--no-requeue"
     # templates and switches
     req = slurm_request(grant(1.0), account_template="{team}", qos_template="",
                         pin_node=False)
@@ -141,7 +142,7 @@ def test_directives_go_into_batchspawners_script_once_each():
     assert script.startswith("#!/bin/bash\n#SBATCH ")
     for opt, value in req.options().items():
         have = [ln for ln in lines if ln.split()[1].split("=")[0] == opt]
-        assert have == [f"#SBATCH {opt}={value}"], (opt, lines)
+        assert have == [f"#SBATCH {opt}={value}" if value else f"#SBATCH {opt}"], (opt, lines)
     # every directive comes before the first command (sbatch ignores later ones)
     first_cmd = next(i for i, ln in enumerate(script.splitlines()[1:], 1)
                      if ln and not ln.startswith("#"))
@@ -150,10 +151,10 @@ def test_directives_go_into_batchspawners_script_once_each():
 
 def test_a_sites_own_directive_wins():
     req = slurm_request(grant(0.25))
-    own = "#!/bin/sh\n#SBATCH -A physics\n#SBATCH --qos=gold\nsrun x\n"
+    own = "#!/bin/sh\n#SBATCH -A physics\n#SBATCH --qos=gold\n#SBATCH --requeue\nsrun x\n"
     out = add_directives(own, req)
     assert "#SBATCH --account" not in out and "#SBATCH --qos=interactive" not in out
-    assert "#SBATCH -A physics" in out
+    assert "#SBATCH -A physics" in out and "--no-requeue" not in out
     assert "#SBATCH --gres=shard:2" in out and "#SBATCH --nodelist=node1" in out
     assert add_directives("srun x\n", req).startswith("#!/bin/bash\n#SBATCH --gres=shard:2")
 

@@ -175,6 +175,7 @@ def check_running_job(hub, user: str) -> tuple[str, dict]:
     assert info["Account"] == "alpha", info  # the team
     assert info["TimeLimit"] == "02:00:00", info  # the profile's max lifetime
     assert info["Partition"] == hub.cluster.partition
+    assert info["Requeue"] == "0", info  # a server's job is never rerun by Slurm
     # the hub reaches the server through the proxy, on the node's address
     token = hub.token_for(user)
     status, body = get_via_proxy(hub, f"/user/{user}/api/status", token)
@@ -364,3 +365,31 @@ def test_a_job_that_ends_by_itself_releases_its_grant(setup):
     assert "gpushare alice: Your server stopped by itself" in hub.log_text(), (
         hub.log_text()[-3000:])
 
+
+def test_a_dead_node_ends_the_server_and_releases_its_grant(setup):
+    """node1 dies (its slurmd and every process in its namespace, the server included):
+    Slurm fails the job (NODE_FAIL, no requeue), the hub's poll finds it gone and the grant
+    is released. Last in the module: the node is started again afterwards."""
+    hub = setup
+    cluster: SlurmCluster = hub.cluster
+    assert spawn(hub, "alice")[0] in (201, 202)
+    wait_ready(hub, "alice")
+    job_id, grant = check_running_job(hub, "alice")
+    cluster.kill_node("node1")
+    try:
+        deadline = time.monotonic() + 120
+        while live_grants(hub, "alice"):
+            assert time.monotonic() < deadline, (job_info(cluster, job_id),
+                                                 hub.log_text()[-3000:])
+            time.sleep(1)
+        info = job_info(cluster, job_id)
+        assert info["JobState"] in ("NODE_FAIL", "FAILED", "CANCELLED"), info
+        assert info["Restarts"] == "0", info  # not requeued behind the hub's back
+        assert not in_queue(cluster, job_id)
+        deadline = time.monotonic() + 60
+        while server_model(hub, "alice") is not None:
+            assert time.monotonic() < deadline, hub.log_text()[-3000:]
+            time.sleep(0.5)
+        assert broker(hub, f"/grants/{grant['id']}")["released_at"]
+    finally:
+        cluster.restart_node("node1")

@@ -365,6 +365,7 @@ class SlurmGPUShareSpawner(GPUShareSpawner, SlurmQueueSpawner):
         raw = state.get("gpushare_slurm")
         if isinstance(raw, dict) and raw.get("--gres"):
             self.gpushare_slurm = SlurmRequest(
+                requeue="--requeue" in raw,
                 gres=str(raw["--gres"]),
                 account=str(raw.get("--account") or ""),
                 qos=str(raw.get("--qos") or ""),

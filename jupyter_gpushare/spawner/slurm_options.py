@@ -4,7 +4,8 @@
 * :func:`slurm_request` turns a grant into :class:`SlurmRequest`: ``--gres=gpu:N`` for whole
   GPUs, ``--gres=shard:K`` for a fraction (``K`` = fraction x shards per GPU, rounded up),
   ``--account`` (the team's account), ``--qos`` (the priority class), ``--nodelist`` (the node the
-  broker placed it on), ``--partition`` and ``--time`` (the profile's max lifetime). A grant
+  broker placed it on), ``--partition``, ``--time`` (the profile's max lifetime) and
+  ``--no-requeue`` (a server's job is never rerun by Slurm). A grant
   Slurm could never satisfy (more shards than one GPU has) raises :class:`SlurmRequestError`
   before anything is submitted.
 * :func:`add_directives` puts those options into a batch script as ``#SBATCH`` lines, after
@@ -65,9 +66,13 @@ class SlurmRequest:
     nodelist: str = ""
     partition: str = ""
     time: str = ""
+    requeue: bool = False
+    """A server's job is never requeued by Slurm: after a node failure its server, port and
+    grant are gone, and a requeued job would start a second server the hub does not know."""
 
     def options(self) -> dict[str, str]:
-        """``{"--gres": "shard:2", ...}`` in a fixed order, without the empty ones."""
+        """``{"--gres": "shard:2", ..., "--no-requeue": ""}`` in a fixed order, without the
+        empty ones (a flag's value is ``""``)."""
         pairs = [
             ("--gres", self.gres),
             ("--account", self.account),
@@ -76,11 +81,13 @@ class SlurmRequest:
             ("--partition", self.partition),
             ("--time", self.time),
         ]
-        return {k: v for k, v in pairs if v}
+        out = {k: v for k, v in pairs if v}
+        out["--requeue" if self.requeue else "--no-requeue"] = ""
+        return out
 
     def args(self) -> list[str]:
         """The options as ``sbatch`` arguments (``--gres=shard:2``...)."""
-        return [f"{k}={v}" for k, v in self.options().items()]
+        return [f"{k}={v}" if v else k for k, v in self.options().items()]
 
 
 def _checked(field: str, value: str) -> str:
@@ -203,7 +210,10 @@ def add_directives(script: str, request: SlurmRequest) -> str:
     already, right after its first line (the shebang; ``sbatch`` reads directives only
     before the first command)."""
     have = _options_set(script)
-    lines = [f"#SBATCH {k}={v}" for k, v in request.options().items() if k not in have]
+    if have & {"--requeue", "--no-requeue"}:
+        have |= {"--requeue", "--no-requeue"}
+    lines = [f"#SBATCH {k}={v}" if v else f"#SBATCH {k}"
+             for k, v in request.options().items() if k not in have]
     if not lines:
         return script
     head, sep, rest = script.partition("\n")
