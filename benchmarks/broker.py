@@ -231,9 +231,12 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def reconcile_probe(port: int) -> dict[str, Any]:
+async def reconcile_probe(port: int, pid: int) -> dict[str, Any]:
     """One admin reconcile pass while a probe asks /health back to back: the longest probe
-    answer bounds the longest time the pass held the broker's event loop."""
+    answer bounds the longest time the pass held the broker's event loop. The broker's own
+    loop-lag probe (``broker_lagprobe.py``, switched on by SIGUSR2 meanwhile) tells the work
+    that held the loop (CPU of its thread) from waits for a core (wall): see ``lag_figures``."""
+    os.kill(pid, signal.SIGUSR2)
     done = asyncio.Event()
     probes: list[float] = []
 
@@ -249,18 +252,41 @@ async def reconcile_probe(port: int) -> dict[str, Any]:
     await asyncio.sleep(0.3)
     before = len(probes)
     admin = Conn(port, "tok-admin")
-    t0 = time.perf_counter()
+    t0, since = time.perf_counter(), time.time()
     status, ans = await admin.call("POST", "/admin/reconcile", {})
-    took = time.perf_counter() - t0
+    took, until = time.perf_counter() - t0, time.time()
     done.set()
     await task
+    await asyncio.sleep(0.1)
+    os.kill(pid, signal.SIGUSR2)
     during = probes[before:]
     return {
+        "reconcile_window": (since, until),
         "reconcile_s": took,
         "reconcile_checked": (ans or {}).get("checked", status),
         "loop_hold_ms": max(during, default=float("nan")) * 1000,
         "probe_idle_p50_ms": pct(probes[:before], 50),
         "probe_idle_max_ms": max(probes[:before], default=float("nan")) * 1000,
+    }
+
+
+def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
+    """The longest event-loop holds the broker's probe saw before and during the pass (ms)."""
+    records = json.loads(path.read_text()) if path.exists() else []
+    since, until = window
+    idle = [r for r in records if r[0] <= since]
+    during = [r for r in records if since < r[0] <= until + 0.05]
+
+    def top(rows: list[list[float]], i: int) -> float:
+        return max((r[i] for r in rows), default=float("nan")) * 1000
+
+    return {
+        "lag_idle_wall_ms": top(idle, 1),
+        "lag_idle_cpu_ms": top(idle, 2),
+        "lag_wall_ms": top(during, 1),
+        "lag_cpu_ms": top(during, 2),
+        "lag_over_5ms_cpu": float(sum(1 for r in during if r[2] > 0.005)),
+        "lag_ticks": float(len(during)),
     }
 
 
@@ -301,11 +327,12 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
         if os.environ.get("BENCH_PROFILE")
         else []
     )
+    lag_file = tmp / f"lag-{name}.json"
+    env["GPUSHARE_LAG_FILE"] = str(lag_file)
     cmd = [
         sys.executable,
         *profile,
-        "-m",
-        "jupyter_gpushare.broker",
+        str(REPO / "benchmarks" / "broker_lagprobe.py"),  # the broker, with a loop-lag probe
         "--BrokerApp.policy_factory=brokerpolicies:" + ("bench_nodes" if args.nodes else "bench"),
         f"--BrokerApp.db_url={db_url}",
         f"--BrokerApp.port={port}",
@@ -349,12 +376,13 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
         )
         cpu2 = cpu_s(proc.pid)
         rss = rss_mib(proc.pid)
-        rec = asyncio.run(reconcile_probe(port))
+        rec = asyncio.run(reconcile_probe(port, proc.pid))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
         os.sched_setaffinity(0, set(cpus))
-    rss0 = empty_rss(env, cmd, tmp)
+    rec.update(lag_figures(lag_file, rec.pop("reconcile_window")))
+    rss0 = empty_rss(dict(env, GPUSHARE_LAG_FILE=str(tmp / "lag-empty.json")), cmd, tmp)
     live = args.grants + lat["granted"]
     if not args.release:
         live += thr["outcomes"].get("granted", 0)
@@ -584,7 +612,13 @@ def main() -> None:
         ("broker RSS after the runs (MiB)", "rss_mib", "{:.0f}"),
         ("  memory per 10,000 grants (MiB)", "mib_per_10k", "{:.1f}"),
         ("reconcile pass over every grant (s)", "reconcile_s", "{:.2f}"),
-        ("  longest event-loop hold during it (ms)", "loop_hold_ms", "{:.1f}"),
+        ("  longest /health answer during it (ms)", "loop_hold_ms", "{:.1f}"),
+        ("  longest loop hold, CPU of its thread (ms)", "lag_cpu_ms", "{:.1f}"),
+        ("  longest loop hold, wall (ms)", "lag_wall_ms", "{:.1f}"),
+        ("  probe wake-ups during it", "lag_ticks", "{:.0f}"),
+        ("  wake-ups after over 5 ms CPU", "lag_over_5ms_cpu", "{:.0f}"),
+        ("  longest loop hold before it, CPU (ms)", "lag_idle_cpu_ms", "{:.1f}"),
+        ("  longest loop hold before it, wall (ms)", "lag_idle_wall_ms", "{:.1f}"),
         ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
         ("  /health answer when idle, max (ms)", "probe_idle_max_ms", "{:.1f}"),
     ]
