@@ -209,6 +209,58 @@ def test_target_workload_and_fragmentation() -> None:
     assert published == [True, True, False, True, False, False, False, True]
 
 
+def _plain_frag(shapes: list, model: str, cpu_free: int, gpus: tuple[int, ...]) -> float:
+    """The FGD measure straight from its definition, shape by shape (no table)."""
+    total = float(sum(gpus))
+    frag = 0.0
+    for (cpu, milli, num, models), p in shapes:
+        if milli == 0 or cpu > cpu_free or (models and model not in models):
+            frag += p * total
+        elif sum(1 for g in gpus if g >= milli) >= num:
+            frag += p * sum(g for g in gpus if g < milli)
+        else:
+            frag += p * total
+    return frag
+
+
+shape_st = st.tuples(
+    st.sampled_from([0, 1000, 4000, 8000]),
+    st.sampled_from([0, 125, 250, 500, 1000]),
+    st.integers(1, 2),
+    st.sampled_from([(), ("T4",), ("V100", "A10")]),
+).map(lambda s: (s[0], s[1], s[2] if s[1] else 0, s[3] if s[1] else ()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.dictionaries(shape_st, st.integers(1, 20), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T4", "V100", "A10"]),
+            st.integers(0, 9000),
+            st.lists(st.sampled_from([0, 100, 250, 600, 1000]), max_size=4),
+        ),
+        max_size=20,
+    ),
+)
+def test_fragmentation_table_matches_the_definition(counts: dict, nodes: list) -> None:
+    from collections import Counter
+
+    shapes = target_shapes(Counter(counts))
+    table = FragTable(shapes)
+    for model, cpu_free, free in nodes:
+        gpus = tuple(sorted(free))
+        level = table.level(cpu_free)
+        plain = _plain_frag(shapes, model, cpu_free, gpus)
+        assert abs(table.frag(model, level, gpus) - plain) < 1e-6
+        hostable = sum(
+            p for (cpu, milli, num, models), p in shapes
+            if milli and cpu <= cpu_free and not (models and model not in models)
+            and sum(1 for g in gpus if g >= milli) >= num
+        )  # fmt: skip
+        assert abs(table.hostable(model, level, gpus) - hostable) < 1e-9
+
+
 def make_mixed_state(node_specs: list[tuple[int, str, int, int]]) -> ClusterState:
     """The same nodes twice: once in an exclusive pool, once in a shared one."""
     nodes = []
