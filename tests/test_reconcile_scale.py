@@ -85,3 +85,36 @@ async def test_reconcile_yields_to_the_loop_and_checks_every_grant(
         for other in checker.calls:
             if other is not call:
                 assert not users & {g.user for g in other}
+
+
+async def test_each_pause_lets_a_task_of_many_steps_through(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP answer is several steps on the loop, each woken by the one before: a pause
+    of the pass must let such a task take many of them, not one (a bare ``sleep(0)`` made
+    a five-step answer wait five slices of the pass)."""
+    monkeypatch.setattr(reconcile_mod, "SLICE_S", 0.0)  # pause at every chance
+    steps = 0
+
+    async def stepper() -> None:
+        nonlocal steps
+        while True:
+            steps += 1
+            await asyncio.sleep(0)
+
+    seen: list[int] = []
+    original = reconcile_mod._Pause.__call__
+
+    async def pause(self: Any, force: bool = False) -> None:
+        before = steps
+        await original(self, force)
+        seen.append(steps - before)
+
+    monkeypatch.setattr(reconcile_mod._Pause, "__call__", pause)
+    task = asyncio.ensure_future(stepper())
+    await asyncio.sleep(0)
+    result = await reconcile(broker, HalfGone(), 0)
+    task.cancel()
+    assert result["checked"] == USERS * PER_USER
+    assert len(seen) > 10
+    assert sorted(seen)[len(seen) // 2] >= 5, seen[:20]  # (the median: a loaded machine)
