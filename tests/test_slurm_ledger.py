@@ -8,9 +8,11 @@ class as ``--qos`` into the export's ``slurm.partition``. ``sacct``'s elapsed x 
 gres/shard / shards per GPU) of each job is compared with the ledger's GPU-hours of its grant
 (units x (released - granted), the job view's ``gpu_hours``).
 
-The ledger counts from the grant to its release: a few tenths of a second a job more than
-Slurm's run (sbatch, Slurm's start, the poll that sees the end; Slurm's times are whole
-seconds). Jobs of a minute keep that well under 1 %; 20-s notebooks were measured at 1.0 %.
+The ledger counts from the grant to its release: about half a second a job more than Slurm's
+run (sbatch and Slurm's start, about 0.25 s; the poll that sees the end), and Slurm's times
+are whole seconds (its elapsed is off by up to a second either way). Notebooks of two minutes
+keep that under 1 % with room for a loaded machine; the benchmark measured 0.46-0.60 % for
+one-minute notebooks and 1.0-4.2 % for 20-s ones.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from jupyter_gpushare.policy import load_policy
 
 POLICY = Path(__file__).resolve().parent / "data" / "slurm_policy.yaml"
 SHARDS = 8
-JOB_SECONDS = 60  # the notebook's sleep; papermill's start adds ~12 s in the job
+JOB_SECONDS = 120  # the notebook's sleep; papermill's start adds ~12 s in the job
 
 pytestmark = [
     pytest.mark.slow,
@@ -55,6 +57,8 @@ async def test_sacct_and_the_ledger_agree_within_one_percent(cluster: Any,
     slurm, ledger, rows = await compare_jobs(cluster, policy, tmp_path, job_wave(JOB_SECONDS),
                                              SHARDS)
     assert len(rows) == 4
+    print(f"Slurm {slurm:.2f} GPU-s, ledger {ledger:.2f} GPU-s, ratio {ledger / slurm:.5f}")
+    assert abs(ledger - slurm) <= 0.01 * slurm, (slurm, ledger, rows)
     info = {slurm_id: cluster.run("sacct", "-X", "-n", "-P", "-j", slurm_id,
                                   "--format=Account,QOS,AllocTRES").stdout.strip()
             for _, slurm_id, _, _ in rows}
@@ -65,5 +69,3 @@ async def test_sacct_and_the_ledger_agree_within_one_percent(cluster: Any,
     assert sum("gres/gpu=1" in i and "|research|" in i for i in info.values()) == 2
     for job, _, in_slurm, in_ledger in rows:
         assert in_slurm > 0 and in_ledger > 0, (job, in_slurm, in_ledger)
-    print(f"Slurm {slurm:.2f} GPU-s, ledger {ledger:.2f} GPU-s, ratio {ledger / slurm:.5f}")
-    assert abs(ledger - slurm) <= 0.01 * slurm, (slurm, ledger, rows)
