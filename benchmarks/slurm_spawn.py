@@ -83,7 +83,8 @@ def wait_gone(hub: RealHub, user: str, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-JOB_FIELDS = ("TresPerNode", "ReqNodeList", "Account", "TimeLimit", "NumCPUs", "Partition")
+JOB_FIELDS = ("TresPerNode", "ReqNodeList", "Account", "TimeLimit", "NumCPUs", "Partition",
+              "Requeue")
 
 
 def job_resources(cluster: SlurmCluster, job_id: str) -> dict[str, str]:

@@ -112,7 +112,7 @@ def slurm_hub_config(
             "c.TestPlainSlurmSpawner.req_runtime = '02:00:00'",
             f"c.TestPlainSlurmSpawner.req_gres = 'shard:{max(1, cluster.shards_per_gpu // 4)}'",
             "c.TestPlainSlurmSpawner.req_options = "
-            f"'--account=alpha --qos=interactive --nodelist={plain_node}'",
+            f"'--account=alpha --qos=interactive --nodelist={plain_node} --no-requeue'",
         ]
     else:
         assert policy is not None and broker_port is not None
