@@ -117,7 +117,8 @@ async def test_jobs_run_on_their_node_with_gres_and_come_back(
     assert got["SLURM_SHARDS_ON_NODE"] == "None" and got["GPUSHARE_JOB_ATTEMPT"] == "1"
     info = slurm_fields(cluster, got["SLURM_JOB_ID"])
     assert info["JobName"] == f"gpushare-{whole['id']}-a1" and info["NodeList"] == "sl-t-0"
-    assert info["Account"] == "vision"  # (a QOS is kept only with accounting: no slurmdbd here)
+    assert info["Account"] == f"vision_{done['pool']}"  # the export's name (team in the pool;
+    # a QOS is kept only with accounting: no slurmdbd here)
     assert info["JobState"] == "COMPLETED" and info["Requeue"] == "0"
     assert info["TimeLimit"] == "00:06:00"  # 300 s + 3 s grace, in whole minutes
     assert info["TresPerNode"] == "gres:gpu:1"

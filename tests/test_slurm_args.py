@@ -78,11 +78,26 @@ def test_account_qos_partition_only_when_asked() -> None:
 
 def test_names_that_are_not_slurm_names_are_refused() -> None:
     req = build_request("n", "s", "o", "w", grant([100.0], team="a team;rm -rf"), 60, 8)
-    with pytest.raises(ValueError, match="--account"):
-        sbatch_argv(req, SbatchOptions(pass_account=True))
+    argv = sbatch_argv(req, SbatchOptions(partition="gpu", pass_account=True))
+    assert "--account=a_team_rm_-rf" in argv  # named as the export names it: nothing unsafe
+    with pytest.raises(ValueError, match="--partition"):
+        sbatch_argv(req, SbatchOptions(partition="gpu;x", pass_account=True))
     with pytest.raises(ValueError, match="--nodelist"):
         sbatch_argv(build_request("n", "s", "o", "w", grant([100.0], node="n1,n2"), 60, 8),
                     SbatchOptions())
+
+
+def test_account_and_partition_are_the_exports_and_the_spawners() -> None:
+    """With a site partition the team's account; else ``<team>_<pool>``, in the pool's
+    partition with partition_per_pool (the export's names; SlurmGPUShareSpawner's rule)."""
+    req = build_request("n", "s", "o", "w", grant([100.0], team="Vision", pool="train"), 60, 8)
+    site = sbatch_argv(req, SbatchOptions(partition="gpu", pass_account=True, pass_qos=True))
+    assert "--partition=gpu" in site and "--account=vision" in site
+    pooled = sbatch_argv(req, SbatchOptions(partition_per_pool=True, pass_account=True))
+    assert "--partition=train" in pooled and "--account=vision_train" in pooled
+    plain = sbatch_argv(req, SbatchOptions(pass_account=True))
+    assert "--account=vision_train" in plain
+    assert not [a for a in plain if a.startswith("--partition")]
 
 
 def test_time_limit_and_signal() -> None:

@@ -112,11 +112,19 @@ class SlurmBackend(ConfigurableJobBackend):
         help="Python on the nodes that has jupyter-gpushare and papermill installed (runs "
         "the job's runner); default: the broker's own interpreter.",
     )
+    partition_per_pool = Bool(
+        False, config=True,
+        help="Without a partition (this setting's or the policy's slurm.partition), submit "
+        "to the partition named after the grant's pool, as jupyter-gpushare export slurm "
+        "writes them (one per pool). Off: Slurm's default partition.",
+    )
     pass_account = Bool(
         False, config=True,
-        help="Pass the team as --account. Slurm with accounting (slurmdbd) refuses an "
-        "account it does not know: turn this on once the accounts exist (jupyter-gpushare "
-        "export slurm writes them).",
+        help="Pass the team's account as --account: the team's own account with a site "
+        "partition, else the team's account in the pool ('<team>_<pool>'), as the export "
+        "names them and SlurmGPUShareSpawner charges servers. Slurm with accounting "
+        "(slurmdbd) refuses an account it does not know: turn this on once the accounts "
+        "exist (jupyter-gpushare export slurm writes them).",
     )
     pass_qos = Bool(
         False, config=True,
@@ -204,7 +212,8 @@ class SlurmBackend(ConfigurableJobBackend):
 
     def options(self) -> SbatchOptions:
         return SbatchOptions(
-            partition=self._partition(), pass_account=self.pass_account,
+            partition=self._partition(), partition_per_pool=self.partition_per_pool,
+            pass_account=self.pass_account,
             pass_qos=self.pass_qos, pass_cpu_memory=self.pass_cpu_memory,
             extra_args=tuple(self.extra_sbatch_args),
         )

@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..export.slurm import account_name, partition_name, qos_name, team_account
+
 NAME_PREFIX = "gpushare"
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _NODE_GRES = re.compile(r"(?:^|,)(gpu|shard)(?::[^:,()]+)?:(\d+)")
@@ -119,6 +121,7 @@ class SbatchOptions:
     """The site's settings that shape every ``sbatch`` call (from SlurmBackend's traits)."""
 
     partition: str | None = None
+    partition_per_pool: bool = False  # no partition set: the pool's (as the export names it)
     pass_account: bool = False
     pass_qos: bool = False
     pass_cpu_memory: bool = True
@@ -137,11 +140,12 @@ class SbatchRequest:
     gres: Gres
     time_limit_s: int
     grace_s: int
-    account: str = ""
-    qos: str = ""
+    account: str = ""  # the team (named for Slurm by sbatch_argv, as the export names it)
+    qos: str = ""  # the priority class
     cpus: int = 0
     memory_mib: int = 0
     extra: tuple[str, ...] = field(default_factory=tuple)
+    pool: str = ""
 
 
 def build_request(name: str, script: str, output: str, workdir: str,
@@ -156,6 +160,7 @@ def build_request(name: str, script: str, output: str, workdir: str,
         grace_s=max(0, int(grant.get("grace_period_s") or 0)),
         account=str(grant.get("team") or ""),
         qos=str(grant.get("priority") or ""),
+        pool=str(grant.get("pool") or ""),
         cpus=max(1, math.ceil(int(grant.get("cpu_milli") or 1000) / 1000)),
         memory_mib=int(grant.get("memory_mib") or 0),
     )
@@ -170,6 +175,22 @@ def _checked(flag: str, value: str) -> str:
 def time_minutes(time_limit_s: int, grace_s: int) -> int:
     """``--time`` in whole minutes: the runtime plus the grace period, at least 1."""
     return max(1, math.ceil((time_limit_s + grace_s) / 60))
+
+
+def slurm_placement(req: SbatchRequest, opts: SbatchOptions) -> tuple[str | None, str]:
+    """The partition and account of an attempt, named as ``jupyter-gpushare export slurm``
+    names them (and as ``SlurmGPUShareSpawner`` charges servers): with a site partition
+    (the setting or the policy's ``slurm.partition``) the team's own account; otherwise
+    the team's account in the pool (``<team>_<pool>``), in the pool's partition where
+    ``partition_per_pool`` is on."""
+    if not req.account:
+        return opts.partition, ""
+    if opts.partition:
+        return opts.partition, team_account(req.account)
+    account = account_name(req.account, req.pool) if req.pool else team_account(req.account)
+    if opts.partition_per_pool and req.pool:
+        return partition_name(req.pool), account
+    return None, account
 
 
 def sbatch_argv(req: SbatchRequest, opts: SbatchOptions, sbatch: str = "sbatch") -> list[str]:
@@ -190,12 +211,13 @@ def sbatch_argv(req: SbatchRequest, opts: SbatchOptions, sbatch: str = "sbatch")
         argv.append(f"--gres={gres}")
     if req.grace_s > 0:
         argv.append(f"--signal=B:TERM@{min(req.grace_s, 65535)}")
-    if opts.partition:
-        argv.append(f"--partition={_checked('--partition', opts.partition)}")
-    if opts.pass_account and req.account:
-        argv.append(f"--account={_checked('--account', req.account)}")
+    partition, account = slurm_placement(req, opts)
+    if partition:
+        argv.append(f"--partition={_checked('--partition', partition)}")
+    if opts.pass_account and account:
+        argv.append(f"--account={_checked('--account', account)}")
     if opts.pass_qos and req.qos:
-        argv.append(f"--qos={_checked('--qos', req.qos)}")
+        argv.append(f"--qos={_checked('--qos', qos_name(req.qos))}")
     if opts.pass_cpu_memory:
         argv.append(f"--cpus-per-task={req.cpus}")
         if req.memory_mib > 0:
