@@ -273,6 +273,8 @@ async def reconcile_probe(port: int, pid: int) -> dict[str, Any]:
 def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
     """The longest event-loop holds the broker's probe saw before and during the pass (ms)."""
     records = json.loads(path.read_text()) if path.exists() else []
+    gc_path = Path(f"{path}.gc")
+    collections = json.loads(gc_path.read_text()) if gc_path.exists() else []
     since, until = window
     idle = [r for r in records if r[0] <= since]
     during = [r for r in records if since < r[0] <= until + 0.05]
@@ -280,13 +282,22 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
     def top(rows: list[list[float]], i: int) -> float:
         return max((r[i] for r in rows), default=float("nan")) * 1000
 
+    def collected(r: list[float]) -> bool:  # a collection ran in this wake-up's gap
+        begin = r[0] - r[1] - 0.0015
+        return any(c[0] > begin and c[0] - c[2] < r[0] for c in collections)
+
+    passes = [c for c in collections if since < c[0] <= until + 0.05]
     return {
         "lag_idle_wall_ms": top(idle, 1),
         "lag_idle_cpu_ms": top(idle, 2),
         "lag_wall_ms": top(during, 1),
         "lag_cpu_ms": top(during, 2),
+        "lag_nogc_cpu_ms": top([r for r in during if not collected(r)], 2),
         "lag_over_5ms_cpu": float(sum(1 for r in during if r[2] > 0.005)),
+        "lag_over_5ms_nogc": float(sum(1 for r in during if r[2] > 0.005 and not collected(r))),
         "lag_ticks": float(len(during)),
+        "gc_max_ms": max((c[2] for c in passes), default=0.0) * 1000,
+        "gc_count": float(len(passes)),
     }
 
 
@@ -615,8 +626,12 @@ def main() -> None:
         ("  longest /health answer during it (ms)", "loop_hold_ms", "{:.1f}"),
         ("  longest loop hold, CPU of its thread (ms)", "lag_cpu_ms", "{:.1f}"),
         ("  longest loop hold, wall (ms)", "lag_wall_ms", "{:.1f}"),
+        ("  same, without a GC pass in it (ms)", "lag_nogc_cpu_ms", "{:.1f}"),
         ("  probe wake-ups during it", "lag_ticks", "{:.0f}"),
         ("  wake-ups after over 5 ms CPU", "lag_over_5ms_cpu", "{:.0f}"),
+        ("  same, without a GC pass in it", "lag_over_5ms_nogc", "{:.0f}"),
+        ("  GC passes over 1 ms during it", "gc_count", "{:.0f}"),
+        ("  longest GC pass during it, CPU (ms)", "gc_max_ms", "{:.1f}"),
         ("  longest loop hold before it, CPU (ms)", "lag_idle_cpu_ms", "{:.1f}"),
         ("  longest loop hold before it, wall (ms)", "lag_idle_wall_ms", "{:.1f}"),
         ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
