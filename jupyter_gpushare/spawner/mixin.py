@@ -558,11 +558,13 @@ class GPUShareSpawner(Spawner):
 
     async def stop(self, now: bool = False) -> Any:  # type: ignore[override]
         gid = self.grant_id
-        if gid and not (self.gpushare_last_stop or {}).get("message"):
-            await self._note_stop_reason(gid)
+        self.__dict__["_gpushare_stopping"] = True  # a poll meanwhile leaves the grant to us
         try:
+            if gid and not (self.gpushare_last_stop or {}).get("message"):
+                await self._note_stop_reason(gid)
             return await maybe_future(super().stop(now=now))
         finally:
+            self.__dict__["_gpushare_stopping"] = False
             if gid:
                 await self.release_grant(gid)
                 if self.grant_id == gid:
@@ -596,6 +598,8 @@ class GPUShareSpawner(Spawner):
     async def poll(self) -> Any:  # type: ignore[override]
         held = self.grant_id
         status = await maybe_future(super().poll())
+        if status is not None and self.__dict__.get("_gpushare_stopping"):
+            return status  # a stop is under way: it says why and releases the grant
         # a spawner whose poll clears its own state (batchspawner's, when the job is gone)
         # has scheduled the release already: the grant is still this poll's to report
         gid = self.grant_id or (held if status is not None else None)
