@@ -274,7 +274,8 @@ def test_kill_9_of_the_broker_under_the_hub_loses_and_repeats_nothing(env: Env) 
         time.sleep(0.3)
     for job_id in [*ids, queued["id"]]:
         done = env.wait(job_id, {"succeeded", "failed", "cancelled"})
-        assert done["state"] == "succeeded" and done["attempt"] == 1, done
+        assert done["state"] == "succeeded" and done["attempt"] == 1, (
+            done, http(f"{env.broker}/jobs/{job_id}/events", env.alice)[1])
     jobs_dir = env.tmp / "gpushare-jobs"
     for job_id in ids:
         assert [p.name for p in (jobs_dir / job_id).glob("attempt-*")] == ["attempt-1"]
