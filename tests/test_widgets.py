@@ -110,6 +110,16 @@ def test_simulated_own_use_follows_what_the_process_really_computes() -> None:
             att = attribute(s, [U], collect_process_tree(os.getpid(), []))
             return float(att.gpus[0].own_util_pct or 0.0)
 
+        import psutil
+
+        started, deadline = psutil.Process(child.pid), time.monotonic() + 20
+        before = started.cpu_times()
+        while time.monotonic() < deadline:  # the interpreter's own start-up is done
+            time.sleep(0.3)
+            now = started.cpu_times()
+            if (now.user, now.system) == (before.user, before.system):
+                break
+            before = now
         own_util()
         time.sleep(0.5)
         assert own_util() == 0.0  # an idle process computes nothing
