@@ -109,7 +109,7 @@ async def test_kill_9_with_jobs_running_and_queued(tmp_path: Path) -> None:
         for job_id in (keeps, ends, dies):
             await wait(url, job_id, {"running"}, tmp_path)
         assert (await call(url, "GET", f"/jobs/{queued}", "tok-bob"))[1]["state"] == "queued"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 150  # kernels start slowly on a loaded machine
         while steps_done(tmp_path, keeps) < 2 or steps_done(tmp_path, dies) < 2:
             assert time.monotonic() < deadline, (tmp_path / "broker.log").read_text()[-3000:]
             await asyncio.sleep(0.2)
