@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 import psutil
 
 from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
+from .jobfolder import JobFolder
 
 RUNNER = "jupyter_gpushare.backends.papermill_run"
 
@@ -60,7 +60,7 @@ def _with_cell_ids(nb: dict[str, Any]) -> dict[str, Any]:
     return dict(nb, cells=cells, nbformat_minor=max(5, int(nb.get("nbformat_minor") or 0)))
 
 
-class LocalBackend(JobBackend):
+class LocalBackend(JobFolder, JobBackend):
     """Jobs as local processes (see the module docstring)."""
 
     name = "local"
@@ -96,19 +96,6 @@ class LocalBackend(JobBackend):
             survives_broker_restart=True,
             notes="one machine; each job in its own process group",
         )
-
-    # -- paths ------------------------------------------------------------------------------
-
-    def job_dir(self, job_id: str) -> Path:
-        if not job_id or "/" in job_id or job_id.startswith("."):
-            raise ValueError(f"bad job id {job_id!r}")
-        return self.jobs_dir / job_id
-
-    def attempt_dir(self, job_id: str, attempt: int) -> Path:
-        return self.job_dir(job_id) / f"attempt-{int(attempt)}"
-
-    def checkpoint_dir(self, job_id: str) -> str:
-        return str(self.job_dir(job_id) / "checkpoint")
 
     # -- running ----------------------------------------------------------------------------
 
@@ -293,32 +280,6 @@ class LocalBackend(JobBackend):
         self._reap(handle)
 
     # -- results ----------------------------------------------------------------------------
-
-    def log_size(self, job_id: str) -> int:
-        try:
-            return (self.job_dir(job_id) / "log.txt").stat().st_size
-        except OSError:
-            return 0
-
-    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
-        path = self.job_dir(job_id) / "log.txt"
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, offset))
-                data = f.read(max_bytes)
-        except OSError:
-            return b"", offset
-        return data, max(0, offset) + len(data)
-
-    def fetch_output(self, handle: RunHandle) -> bytes | None:
-        adir = self.attempt_dir(handle.job_id, handle.attempt)
-        try:
-            return (adir / "output.ipynb").read_bytes()
-        except OSError:
-            return None
-
-    def forget(self, job_id: str) -> None:
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
 
     def close(self) -> None:
         self._procs.clear()  # the runs go on; a restarted broker finds them by pid

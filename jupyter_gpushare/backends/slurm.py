@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 import threading
@@ -46,6 +45,7 @@ from typing import Any
 from traitlets import Bool, Float, Integer, List, Unicode
 
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
+from .jobfolder import JobFolder
 from .local import RUNNER, _with_cell_ids, _write_json
 from .slurm_args import (
     SbatchOptions,
@@ -73,7 +73,7 @@ class SlurmCommandError(RuntimeError):
     """A Slurm command failed; the message carries its stderr."""
 
 
-class SlurmBackend(ConfigurableJobBackend):
+class SlurmBackend(JobFolder, ConfigurableJobBackend):
     """Jobs as Slurm batch jobs on the node the broker placed them on (module docstring)."""
 
     name = "slurm"
@@ -182,19 +182,6 @@ class SlurmBackend(ConfigurableJobBackend):
             "(ConstrainDevices=yes in cgroup.conf); without it a job sees the GPUs Slurm gave "
             "it in CUDA_VISIBLE_DEVICES but could open the others",
         )
-
-    # -- paths ------------------------------------------------------------------------------
-
-    def job_dir(self, job_id: str) -> Path:
-        if not job_id or "/" in job_id or job_id.startswith("."):
-            raise ValueError(f"bad job id {job_id!r}")
-        return Path(self.jobs_dir) / job_id
-
-    def attempt_dir(self, job_id: str, attempt: int) -> Path:
-        return self.job_dir(job_id) / f"attempt-{int(attempt)}"
-
-    def checkpoint_dir(self, job_id: str) -> str:
-        return str(self.job_dir(job_id) / "checkpoint")
 
     # -- settings from the policy -----------------------------------------------------------
 
@@ -436,31 +423,7 @@ class SlurmBackend(ConfigurableJobBackend):
                 self._cmd(argv, check=False)
             self._forget_cached(sid)
 
-    # -- results ----------------------------------------------------------------------------
-
-    def log_size(self, job_id: str) -> int:
-        try:
-            return (self.job_dir(job_id) / "log.txt").stat().st_size
-        except OSError:
-            return 0
-
-    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
-        try:
-            with open(self.job_dir(job_id) / "log.txt", "rb") as f:
-                f.seek(max(0, offset))
-                data = f.read(max_bytes)
-        except OSError:
-            return b"", offset
-        return data, max(0, offset) + len(data)
-
-    def fetch_output(self, handle: RunHandle) -> bytes | None:
-        try:
-            return (self.attempt_dir(handle.job_id, handle.attempt) / "output.ipynb").read_bytes()
-        except OSError:
-            return None
-
-    def forget(self, job_id: str) -> None:
-        shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+    # -- results: log, output and clean-up come from JobFolder ------------------------------
 
     def close(self) -> None:
         with self._lock:
