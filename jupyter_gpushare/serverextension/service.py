@@ -33,7 +33,9 @@ from ..telemetry.model import Sample
 from ..telemetry.sampler import Sampler, capacity_for, make_sampler, underlying
 from ..telemetry.simulated import SimulatedSampler
 from ..telemetry.watchdog import ACTIONS, LimitWatchdog, Violation, watchdog_applies
+from .kernel_messages import run_in_kernel, watcher_code
 from .notices import notice_text, notices_of, with_time_left
+from .process_stop import stop_process, where_is, write_to_terminal
 
 log = logging.getLogger(__name__)
 
@@ -66,58 +68,6 @@ class ServiceConfig:
     simulated_background_load: bool = True
     api_token: str = field(default_factory=lambda: os.environ.get("JUPYTERHUB_API_TOKEN", ""))
 
-
-KERNEL_WATCHER = r"""
-def _gpushare_watch(interval, last_call):
-    import datetime, json, os, sys, time, urllib.parse, urllib.request
-    gid = os.environ.get("GPUSHARE_GRANT_ID")
-    url = os.environ.get("GPUSHARE_BROKER_URL", "").rstrip("/")
-    token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
-    if not gid or not url:
-        return
-    told = set()
-    while True:
-        try:
-            req = urllib.request.Request(
-                url + "/notices?" + urllib.parse.urlencode({"grant_id": gid}),
-                headers={"Authorization": "token " + token})
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                notices = json.loads(resp.read() or b"{}").get("notices") or []
-        except Exception:
-            notices = []
-        for n in notices:
-            if not isinstance(n, dict) or n.get("kind", "preemption") != "preemption":
-                continue
-            deadline = n.get("deadline_ts")
-            left = deadline - time.time() if isinstance(deadline, (int, float)) else None
-            key = (n.get("grant_id"), deadline)
-            stage = "last" if left is not None and left <= last_call else "first"
-            if (key, stage) in told:
-                continue
-            told.update({(key, "first"), (key, stage)})
-            when = ""
-            if left is not None:
-                clock = datetime.datetime.fromtimestamp(
-                    deadline, datetime.timezone.utc).strftime("%H:%M:%S UTC")
-                when = " at %s (in %d s)" % (clock, max(0, round(left)))
-            why = n.get("reason") or "the owning team needs its GPU share back"
-            # a thread of its own: this reaches the cell that is running now
-            sys.stderr.write(
-                "\n[gpushare] PREEMPTION: this server's GPU share is borrowed and is being "
-                "reclaimed (%s). The server will be stopped%s: save your work now.\n"
-                % (why, when))
-            sys.stderr.flush()
-        time.sleep(interval)
-
-
-import threading as _gs_threading
-_gs_threading.Thread(target=_gpushare_watch, args=(__INTERVAL__, __LAST_CALL__),
-                     name="gpushare-notices", daemon=True).start()
-del _gs_threading, _gpushare_watch
-"""
-"""Run once in each kernel: a daemon thread that asks the broker for this grant's notices and
-writes a preemption notice, with its deadline, into the output of the cell running at that
-moment (a busy kernel would answer an execute request only after its cell)."""
 
 HINTS_EVERY_S = 5.0
 VERBS = {"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
@@ -454,19 +404,7 @@ class TelemetryService:
 
     def _where(self, pid: int) -> tuple[str, str | None]:
         """The process's command line and the terminal it runs in (blocking: psutil)."""
-        import psutil
-
-        try:
-            proc = psutil.Process(pid)
-            cmd = " ".join(proc.cmdline())[:200]
-            ancestors = {p.pid for p in proc.parents()}
-        except psutil.Error:
-            return "", None
-        for name, term in self._terminals().items():
-            shell = getattr(getattr(term, "ptyproc", None), "pid", None)
-            if shell is not None and (shell == pid or shell in ancestors):
-                return cmd, name
-        return cmd, None
+        return where_is(pid, self._terminals())
 
     def _terminals(self) -> dict[str, Any]:
         tm = self.terminal_manager
@@ -474,49 +412,11 @@ class TelemetryService:
         return dict(terms) if isinstance(terms, dict) else {}
 
     async def _stop_process(self, pid: int, grace_s: float) -> str:
-        """SIGTERM, then SIGKILL if it still runs after ``grace_s``: terminated | killed."""
-        import signal
-
-        import psutil
-
-        try:
-            proc = psutil.Process(pid)
-            proc.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            return "gone"
-        except psutil.Error as exc:
-            return f"failed: {exc}"
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if not _alive(proc):
-                return "terminated"
-            await asyncio.sleep(0.1)
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            return "terminated"
-        except psutil.Error as exc:
-            return f"failed: {exc}"
-        for _ in range(50):
-            if not _alive(proc):
-                break
-            await asyncio.sleep(0.1)
-        return "killed"
+        return await stop_process(pid, grace_s)
 
     def tell_terminal(self, name: str, text: str) -> bool:
-        """Write the message into the terminal the process ran in (every attached view, and
-        the buffer a view that connects later replays)."""
-        term = self._terminals().get(name)
-        if term is None:
-            return False
-        line = f"\r\n\x1b[1;31m[gpushare] {text}\x1b[0m\r\n"
-        buf = getattr(term, "read_buffer", None)
-        if buf is not None:
-            buf.append(line)
-        for client in list(getattr(term, "clients", []) or []):
-            with contextlib.suppress(Exception):
-                client.on_pty_read(line)
-        return True
+        """Write the message into the terminal the process ran in."""
+        return write_to_terminal(self._terminals().get(name), text)
 
     async def _act(self, action: str, kernel_id: str) -> str:
         km = self.kernel_manager
@@ -550,9 +450,9 @@ class TelemetryService:
         self._watched &= ids  # bounded by the live kernels
         if not (self.config.notices_to_kernels and self.grant.grant_id and self.broker.configured):
             return
-        code = KERNEL_WATCHER.replace(
-            "__INTERVAL__", repr(float(self.config.notices_interval_s))
-        ).replace("__LAST_CALL__", repr(float(max(15.0, 2 * self.config.notices_interval_s))))
+        code = watcher_code(
+            self.config.notices_interval_s, max(15.0, 2 * self.config.notices_interval_s)
+        )
         for kid in sorted(ids - self._watched):
             self._watched.add(kid)
             task = asyncio.ensure_future(self.run_code(kid, code))
@@ -570,34 +470,7 @@ class TelemetryService:
 
     async def run_code(self, kernel_id: str, code: str) -> bool:
         """Run ``code`` in the kernel, silently for the history, and wait for the reply."""
-        from jupyter_client.session import Session
-
-        try:
-            kernel = self.kernel_manager.get_kernel(kernel_id)
-            # A session of its own: sharing the kernel manager's session id would
-            # share a ZMQ identity and steal other clients' shell replies.
-            session = Session(
-                key=kernel.session.key,
-                signature_scheme=kernel.session.signature_scheme,
-                username="gpushare",
-            )
-            client = kernel.client(session=session)
-        except Exception:
-            return False
-        try:
-            client.start_channels()
-            await ensure_async(client.wait_for_ready(timeout=30))
-            msg_id = client.execute(code, silent=False, store_history=False)
-            while True:
-                reply = await ensure_async(client.get_shell_msg(timeout=30))
-                if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                    return True
-        except Exception as exc:
-            log.warning("gpushare could not write to kernel %s: %s", kernel_id, exc)
-            return False
-        finally:
-            with contextlib.suppress(Exception):
-                client.stop_channels()
+        return await run_in_kernel(self.kernel_manager, kernel_id, code)
 
     # -- broker --------------------------------------------------------------------
     async def heartbeat(self) -> BrokerAnswer | None:
@@ -701,12 +574,3 @@ class TelemetryService:
             "limits": self.grant.limits(),
             "samples": items,
         }
-
-
-def _alive(proc: Any) -> bool:
-    import psutil
-
-    try:
-        return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
