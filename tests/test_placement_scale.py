@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_placement import grant_for, make_request, make_state, node_st, request_st
 
+import jupyter_gpushare.core.packindex as packindex
 import jupyter_gpushare.core.placement as placement_mod
-from jupyter_gpushare.core.placement import _RoomTree, place
+from jupyter_gpushare.core.placement import place
+from jupyter_gpushare.core.roomtree import RoomTree
 
 op_st = st.one_of(
     st.tuples(st.just("set"), st.integers(0, 40), st.integers(0, 9), st.integers(0, 9)),
@@ -23,7 +25,7 @@ op_st = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 41), st.lists(op_st, max_size=80))
 def test_room_tree_finds_the_first_position_with_room(n: int, ops: list) -> None:
-    tree = _RoomTree(n)
+    tree = RoomTree(n)
     room: dict[int, tuple[int, int]] = {}
     for op, pos, cpu, mem in ops:
         pos %= n
@@ -51,13 +53,13 @@ def test_decisions_do_not_depend_on_how_often_signatures_are_interned_again(
     one made with the default table (through grants, releases and re-targets)."""
     default = make_state(node_specs, 0.0)
     tiny = make_state(node_specs, 0.0)
-    limit = placement_mod._SIG_LIMIT
+    limit = packindex._SIG_LIMIT
     try:
         for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
             request = make_request(i, kind, amount, cpu, ram, models)
-            placement_mod._SIG_LIMIT = limit
+            packindex._SIG_LIMIT = limit
             want = place(default, request)
-            placement_mod._SIG_LIMIT = 3
+            packindex._SIG_LIMIT = 3
             got = place(tiny, request)
             assert got == want
             if got is not None:
@@ -68,7 +70,7 @@ def test_decisions_do_not_depend_on_how_often_signatures_are_interned_again(
                 default.release(gid)
                 tiny.release(gid)
     finally:
-        placement_mod._SIG_LIMIT = limit
+        packindex._SIG_LIMIT = limit
 
 
 def test_a_cpu_only_request_takes_the_first_full_node_with_room() -> None:
@@ -112,16 +114,16 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
     """Scans skip rows whose gradient's lower bound cannot beat what they have found; every
     decision (short lists of 1 and of the default length, through releases) is the one a
     scan that scores every row makes."""
-    short = placement_mod._SHORT_LIST
-    placement_mod._SHORT_LIST = data.draw(st.sampled_from([1, short]))
+    short = packindex._SHORT_LIST
+    packindex._SHORT_LIST = data.draw(st.sampled_from([1, short]))
     pruned = make_state(node_specs, 0.0)
     full = make_state(node_specs, 0.0)
     try:
         for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
             request = make_request(i, kind, amount, cpu, ram, models)
-            placement_mod._PRUNE = True
+            packindex._PRUNE = True
             got = place(pruned, request)
-            placement_mod._PRUNE = False
+            packindex._PRUNE = False
             want = place(full, request)
             assert got == want
             if got is not None:
@@ -132,5 +134,5 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
                 pruned.release(gid)
                 full.release(gid)
     finally:
-        placement_mod._PRUNE = True
-        placement_mod._SHORT_LIST = short
+        packindex._PRUNE = True
+        packindex._SHORT_LIST = short

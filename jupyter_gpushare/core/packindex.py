@@ -1,0 +1,590 @@
+"""gpushare packing of one pool: a fragmentation-gradient placement index.
+
+:class:`PoolIndex` answers which node (and which GPU free values) a request of a shared or
+debug pool lands on; :func:`.placement.place` keeps it in step with the state and turns
+its answer into GPUs.
+
+Shared and debug pools use *gpushare packing*, a fragmentation-gradient placement
+(after FGD, USENIX ATC '23) made cheap, incremental and CPU-aware:
+
+* fragmentation against the target workload (the request shapes seen so far, see
+  :mod:`.fragmentation`) is memoised per node *signature* (GPU model, sorted free
+  capacity per GPU, interned when the node's grants change) and the CPU levels before
+  and after, so most lookups are dictionary hits and a new target costs nothing per node;
+* untouched nodes of one hardware kind are interchangeable, so only the first one of
+  each kind is scored; used nodes sit in buckets by their largest free GPU, so a
+  request skips every node whose GPUs are all too small without looking at it;
+* a candidate's rank is the fragmentation it adds plus a penalty when the node would
+  be left with less CPU (as a share of the node) than GPU: GPUs without CPU to feed
+  them are stranded, which FGD's measure sees only at shape thresholds. The rank is
+  taken in coarse steps (``GRADIENT_STEP`` per GPU asked, a quarter coarser as the CPU
+  penalty fades out) and ties go to the node listed first, so equal choices pack onto
+  the same nodes. Within a node the GPU that adds the least
+  fragmentation wins, then the tightest one;
+* fractions with explicit memory or compute (not proportional to the fraction) are
+  placed by plain best fit, which checks them exactly.
+
+* CPU-only requests find the first node with every GPU taken and room in a segment
+  tree of free CPU and RAM (:class:`.roomtree.RoomTree`) instead of a pass over those nodes;
+* a shape seen before is answered from its short list (its best nodes last time, and a
+  bound below which the list is complete) plus the nodes changed since (never more than
+  the full scan would score); the answer is the full scan's, and the full scan runs when
+  the list cannot prove it (or the target changed);
+* a scan computes no gradient for a node whose lower bound (its fragmentation now, and
+  the share of the target it cannot host now, see ``PoolIndex._floor``) cannot beat the
+  nodes already found: after a new target, most nodes are skipped that way;
+* the CPU penalty fades out when the learned workload asks for more CPU per GPU than
+  the pool supplies (then no choice keeps CPU ahead of GPU, see ``_starvation_scale``).
+
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+
+from .fragmentation import FragTable, Shape, Workload
+from .model import UNIT, Request
+from .roomtree import RoomTree
+from .state import GPUState, NodeState
+
+GRADIENT_STEP = 120.0
+"""Milli-units of fragmentation increase treated as equal when ranking nodes, per GPU
+the request asks for (an 8-GPU shape ranks in steps of 960)."""
+
+STEP_COARSEN = 0.25
+"""Extra share of ``GRADIENT_STEP`` as the starvation penalty fades out: when CPU is the
+scarce resource, small GPU-fragmentation differences matter less than packing onto the
+same nodes."""
+
+STARVATION_WEIGHT = 2000.0
+"""Milli-units of fragmentation charged per unit by which a node's GPU share left exceeds
+its CPU share left (GPUs that CPU can no longer feed)."""
+
+
+def gpu_free_units(gs: GPUState) -> int:
+    """Free milli-units of one GPU: the smaller of its free compute and free memory share.
+
+    An idle GPU counts as a whole unit (a whole-GPU grant may take it, headroom or not).
+    """
+    if gs.whole:
+        return 0
+    if gs.idle:
+        return UNIT
+    mem_units = gs.free_mib * UNIT // gs.capacity_mib if gs.capacity_mib else 0
+    return max(0, min(gs.free_compute, mem_units))
+
+
+def shape_of(request: Request) -> Shape:
+    """The request's shape for the fragmentation measure (RAM is ignored, as in FGD)."""
+    ask = request.gpu
+    if ask.whole:
+        milli, num = UNIT, ask.whole
+    elif ask.is_fraction:
+        milli, num = ask.fraction_milli, 1
+    else:
+        milli, num = 0, 0
+    return (request.cpu_milli, milli, num, tuple(sorted(request.gpu_models)))
+
+
+@dataclass
+class _NodeView:
+    """What packing needs to know about one node, refreshed when its grants change."""
+
+    ns: NodeState
+    pos: int  # place in the pool's node list: the final tie-break
+    kind: tuple
+    model: str
+    units: list[int] = field(default_factory=list)  # free milli per GPU, by GPU index
+    sorted_units: tuple[int, ...] = ()
+    pristine: bool = False  # nothing granted on it: interchangeable with its kind
+    in_heap: bool = False
+    sig: int = 0  # interned (model, sorted_units): with the CPU levels, a memo key of its state
+    total: int = 0  # free milli over all GPUs
+    inv_cpu: float = 0.0  # 1 / CPU capacity
+    inv_gpu: float = 0.0  # 1 / GPU capacity in milli
+
+
+_Row = tuple[int, int, tuple[int, ...], str, int, int, float, float, int, _NodeView]
+"""(free CPU, free RAM, sorted free units, model, signature, total free, 1/CPU capacity,
+1/GPU capacity, position, view) of one node: what the scoring loop reads."""
+
+_BUCKET = 100
+"""Width (milli) of the capacity buckets of used nodes."""
+
+
+@dataclass
+class Candidate:
+    key: tuple
+    view: _NodeView
+    take: tuple[int, ...]  # free-unit values of the GPUs to take (fraction: one value)
+
+
+class PoolIndex:
+    """Per-pool packing index: node views, untouched-node heaps per kind, open nodes."""
+
+    def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
+        self.workload = workload
+        self.table = FragTable(workload.shapes)
+        self.views: dict[str, _NodeView] = {}
+        self.kind_heaps: dict[tuple, list[int]] = {}
+        self.by_pos: list[_NodeView] = []
+        # used nodes with CPU or GPU left, as row tuples in buckets by their largest free
+        # GPU (``_BUCKETS`` milli wide): a GPU request skips whole buckets that are too small
+        self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
+        self.bucket_of: dict[int, int] = {}
+        # bucket 0 again, split: nodes with every GPU taken (by position, for CPU-only
+        # requests: the first one with room wins) and those with slivers of GPU left
+        self.full = RoomTree(len(nodes))
+        self.slivers: dict[int, _Row] = {}
+        self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
+        self.clock = 0  # refreshes so far
+        # position -> clock of its last refresh, oldest first: the nodes changed since a
+        # clock reading are a suffix, read without looking at the older ones
+        self.changed: dict[int, int] = {}
+        self._cache: dict[tuple, _Cached] = {}
+        gpus = sum(len(ns.gpus) for ns in nodes)
+        self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
+        self.weight = STARVATION_WEIGHT
+        self.step = GRADIENT_STEP
+        # the same gradients per (milli, count), keyed by signature * stride + CPU level
+        self._by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]] = {}
+        self._sigs: dict[tuple, int] = {}
+        # (fragmentation, share not hostable) per signature * stride + CPU level: _floor
+        self._floors: dict[int, tuple[float, float]] = {}
+        for pos, ns in enumerate(nodes):
+            models = "|".join(sorted(ns.node.gpu_models))
+            kind = (
+                models,
+                tuple(g.gpu.memory_mib for g in ns.gpus),
+                ns.node.cpu_milli,
+                ns.node.memory_mib,
+                ns.pool.memory_headroom,
+            )
+            view = _NodeView(ns, pos, kind, models)
+            view.inv_cpu = 1.0 / ns.node.cpu_milli if ns.node.cpu_milli else 0.0
+            view.inv_gpu = 1.0 / (UNIT * len(ns.gpus)) if ns.gpus else 0.0
+            self.views[ns.node.name] = view
+            self.by_pos.append(view)
+            self.refresh(view)
+
+    def retarget(self) -> None:
+        """A new target workload: a new table, and drop what was computed against the old.
+
+        Nothing per node: a node's signature does not depend on the target (its CPU levels
+        are read off its free CPU when it is scored), so this costs the same at any size.
+        """
+        self.table = FragTable(self.workload.shapes)
+        scale = _starvation_scale(self.workload, self.cpu_per_gpu)
+        self.weight = STARVATION_WEIGHT * scale
+        self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
+        self._memo.clear()
+        self._by_shape.clear()
+        self._floors.clear()
+        self._cache.clear()
+
+    def _describe(self, view: _NodeView) -> None:
+        """The node's signature: its GPU model and sorted free units, interned."""
+        key = (view.model, view.sorted_units)
+        sig = self._sigs.get(key)
+        if sig is None:
+            if len(self._sigs) >= _SIG_LIMIT:
+                self._reintern()
+            sig = self._sigs.setdefault(key, len(self._sigs))
+        view.sig = sig
+
+    def _reintern(self) -> None:
+        """Too many signatures interned: start over with those of the nodes as they are."""
+        self._sigs.clear()
+        self._memo.clear()
+        self._by_shape.clear()
+        self._floors.clear()
+        self._cache.clear()
+        for view in self.by_pos:
+            view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
+            if view.pos in self.bucket_of:
+                self._file(view)
+
+    def refresh(self, view: _NodeView) -> None:
+        """Re-read one node from the state and fix its index memberships."""
+        ns = view.ns
+        self.clock += 1
+        self.changed.pop(view.pos, None)
+        self.changed[view.pos] = self.clock
+        view.units = [gpu_free_units(g) for g in ns.gpus]
+        view.sorted_units = tuple(sorted(view.units))
+        view.total = sum(view.units)
+        view.pristine = (
+            ns.free_cpu == ns.node.cpu_milli
+            and ns.free_mem == ns.node.memory_mib
+            and all(g.idle for g in ns.gpus)
+        )
+        old = self.bucket_of.pop(view.pos, None)
+        if old is not None:
+            del self.buckets[old][view.pos]
+            if old == 0:
+                self.full.clear(view.pos)
+                self.slivers.pop(view.pos, None)
+        self._describe(view)  # (after the node left its bucket: it may re-file the others)
+        if view.pristine:
+            if not view.in_heap:
+                heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
+                view.in_heap = True
+        elif (ns.free_cpu > 0 or view.total) and not ns.cordoned:
+            self._file(view)
+
+    def _file(self, view: _NodeView) -> None:
+        """Put a used node's row into the bucket of its largest free GPU."""
+        units = view.sorted_units
+        top = units[-1] if units else 0
+        b = min(top, UNIT) // _BUCKET
+        ns = view.ns
+        row = self.buckets[b][view.pos] = (
+            ns.free_cpu, ns.free_mem, units, view.model, view.sig, view.total,
+            view.inv_cpu, view.inv_gpu, view.pos, view,
+        )  # fmt: skip
+        self.bucket_of[view.pos] = b
+        if b == 0:
+            if view.total:
+                self.slivers[view.pos] = row
+            else:
+                self.full.set(view.pos, ns.free_cpu, ns.free_mem)
+
+    def _cpu_rows(self, cpu: int, mem: int) -> list[_Row] | None:
+        """The rows a CPU-only request is scored against, or ``None`` for every node.
+
+        It goes to the first used node whose GPUs are all taken that has room (it costs
+        no fragmentation there, the least any node can cost), else it is scored against
+        the used nodes with at most slivers of GPU left (``_BUCKET``), and only when none
+        of those has room against every node.
+        """
+        pos = self.full.first(cpu, mem)
+        if pos is not None:
+            return [self.buckets[0][pos]]
+        low = [row for row in self.slivers.values() if row[0] >= cpu and row[1] >= mem]
+        return low or None
+
+    def _rows_for(self, cpu: int, mem: int, milli: int) -> list[_Row]:
+        """The rows worth scoring for a request needing ``milli`` on its GPUs."""
+        rows = [self._row(v) for v in self._kind_heads()]
+        for bucket in self.buckets[min(milli, UNIT) // _BUCKET :]:
+            rows.extend(bucket.values())
+        return rows
+
+    @staticmethod
+    def _row(view: _NodeView) -> _Row:
+        ns = view.ns
+        return (
+            ns.free_cpu, ns.free_mem, view.sorted_units, view.model, view.sig, view.total,
+            view.inv_cpu, view.inv_gpu, view.pos, view,
+        )  # fmt: skip
+
+    def _kind_heads(self) -> list[_NodeView]:
+        heads = []
+        views = self.by_pos
+        for heap in self.kind_heaps.values():
+            while heap:
+                head = views[heap[0]]
+                if head.pristine and not head.ns.cordoned:
+                    heads.append(head)
+                    break
+                heapq.heappop(heap)
+                head.in_heap = False
+        return heads
+
+    def _floor(self, view: _NodeView, level: int) -> tuple[float, float]:
+        """(fragmentation now, share of the target it cannot host now) of a node at ``level``.
+
+        Placing anything only lowers a node's free GPU and CPU, so the shapes it can host
+        afterwards are among those it hosts now, and its fragmentation afterwards is at
+        least the free capacity left times the share of the target it cannot host now: the
+        gradient of a request of ``demand`` milli is at least
+        ``(total - demand) * share - fragmentation now``.
+        """
+        table = self.table
+        units = view.sorted_units
+        frag = table.frag(view.model, level, units)
+        return frag, 1.0 - table.hostable(view.model, level, units)
+
+    def _gradient(
+        self, view: _NodeView, after_level: int, milli: int, num: int
+    ) -> tuple[float, tuple[int, ...]]:
+        """(fragmentation increase, free-unit values of GPUs to take), memoised."""
+        table = self.table
+        level = table.level(view.ns.free_cpu)
+        key = (view.sig, level, after_level, milli, num)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        units = view.sorted_units
+        before = table.frag(view.model, level, units)
+        result: tuple[float, tuple[int, ...]]
+        if num == 0:
+            result = (table.frag(view.model, after_level, units) - before, ())
+        elif num == 1 and milli < UNIT:
+            best: tuple[float, int] | None = None
+            for k, free in enumerate(units):
+                if free < milli or (k and units[k - 1] == free):
+                    continue
+                rest = free - milli
+                j = bisect_left(units, rest, 0, k)  # stays sorted: rest < free
+                new = units[:j] + (rest,) + units[j:k] + units[k + 1 :]
+                delta = table.frag(view.model, after_level, new) - before
+                if best is None or delta < best[0] - 1e-9:
+                    best = (delta, free)
+            assert best is not None
+            result = (best[0], (best[1],))
+        else:
+            idle = sum(1 for u in units if u >= milli)
+            new = units[: len(units) - idle] + (0,) * num + units[len(units) - idle + num :]
+            # taking whole GPUs: the idle ones are interchangeable
+            result = (
+                table.frag(view.model, after_level, tuple(sorted(new))) - before,
+                (UNIT,) * num,
+            )
+        self._memo[key] = result
+        return result
+
+    def best(self, request: Request, shape: Shape) -> Candidate | None:
+        """The best candidate node (and GPU free values) for ``request``.
+
+        A candidate's rank is its fragmentation increase plus ``STARVATION_WEIGHT`` times
+        the amount by which its GPU share left would exceed its CPU share left, in steps
+        of ``GRADIENT_STEP`` per GPU asked (coarser by up to ``STEP_COARSEN`` as the
+        penalty fades out); ties go to the node listed first.
+
+        GPU requests of a shape seen before start from that shape's cached short list
+        (:class:`_Cached`): only the nodes changed since and the untouched heads of each
+        kind are scored again; the answer is exact (the full scan's), and the full scan
+        runs when the short list cannot prove it.
+        """
+        cpu, milli, num, models = shape
+        mem = request.memory_mib
+        if milli == 0:
+            low = self._cpu_rows(cpu, mem)
+            if low is not None:
+                found = self._scan(low, shape, mem, None)
+                return self._candidate(found[0] if found else None)
+            # against every node: as for a GPU shape, from a short list when one is cached
+        cached = self._cache.get(shape)
+        stamp = self.clock
+        if len(self._cache) >= _CACHE_SHAPES and cached is None:
+            self._cache.clear()
+        if cached is not None:
+            hit = self._from_cache(cached, shape, mem)
+            if hit is not _MISS:
+                return self._candidate(hit)  # type: ignore[arg-type]
+        rows = self._rows_for(cpu, mem, milli)
+        scored: list[_Scored] = []
+        found = self._scan(rows, shape, mem, scored)
+        keep = self._short_len()
+        if len(scored) > keep:
+            short = heapq.nsmallest(keep + 1, scored)
+            bound = short[-1][0]
+            short.pop()
+        else:
+            short, bound = sorted(scored), float("inf")
+        self._cache[shape] = _Cached(stamp, bound, short)
+        return self._candidate(found[0] if found else None)
+
+    def _short_len(self) -> int:
+        """Nodes per short list: a big pool's best nodes run out later."""
+        return max(_SHORT_LIST, len(self.by_pos) // _SHORT_SHARE)
+
+    def _candidate(self, hit: _Scored | None) -> Candidate | None:
+        if hit is None:
+            return None
+        rank, _, view, take = hit
+        n = len(self.by_pos)
+        return Candidate((int(rank // n), view.pos), view, take)
+
+    def _from_cache(self, cached: _Cached, shape: Shape, mem: int) -> _Scored | None | object:
+        """The best node from a shape's short list and the nodes changed since it was made.
+
+        Invariant of a short list: every eligible node with a rank below ``bound`` is on
+        it, as of ``stamp`` (the clock then). Nodes unchanged since keep their rank;
+        changed ones and the heads of untouched kinds (a new head may take over without
+        changing itself) are scored again: never more than the full scan would score,
+        however old the list. Returns ``_MISS`` when the list proves nothing.
+        """
+        since = cached.stamp
+        changed: set[int] = set()
+        for pos in reversed(self.changed):
+            if self.changed[pos] <= since:
+                break
+            changed.add(pos)
+        heads = self._kind_heads()
+        fresh = changed.union(h.pos for h in heads)
+        low = min(shape[1], UNIT) // _BUCKET
+        bucket_of, buckets = self.bucket_of, self.buckets
+        rows = [self._row(h) for h in heads]
+        for pos in changed:
+            b = bucket_of.get(pos)
+            if b is not None and b >= low:
+                rows.append(buckets[b][pos])
+        merged: list[_Scored] = [
+            e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
+        ]
+        self._scan(rows, shape, mem, merged)
+        merged.sort()
+        bound = cached.bound
+        while merged and merged[-1][0] >= bound:
+            merged.pop()
+        keep = self._short_len()
+        if len(merged) > keep:
+            bound = merged[keep][0]
+            del merged[keep:]
+        cached.stamp, cached.bound, cached.short = self.clock, bound, merged
+        for e in merged:
+            if e[1] >= mem:
+                return e
+        return _MISS
+
+    def _scan(
+        self,
+        rows: list[_Row],
+        shape: Shape,
+        mem: int,
+        scored: list[_Scored] | None,
+        prune: bool = True,
+    ) -> list[_Scored]:
+        """Rank ``rows``; returns [the best one with room for ``mem``] or [].
+
+        With ``scored``, every row that fits all but RAM and may rank among the best
+        ``_short_len() + 1`` is appended to it, ranked (with ``prune=False``, every one).
+
+        A row whose gradient is not memoised yet is first bounded from below (see
+        :meth:`_floor`): when even that bound cannot beat what is already found (the best
+        with room for ``mem`` and, with ``scored``, the last of the short list), the
+        gradient is never computed. The bound is safe, so the answer is the same.
+        """
+        cpu, milli, num, models = shape
+        levels = self.table.cpu_levels
+        stride = len(levels) + 1
+        stride2 = stride * stride
+        memo = self._by_shape.get((milli, num))
+        if memo is None:
+            memo = self._by_shape[(milli, num)] = {}
+        floors = self._floors
+        gradient = self._gradient
+        weight = self.weight
+        demand = milli * num
+        # a step per GPU asked: gradients of multi-GPU shapes are that many times larger
+        step = self.step * max(1.0, demand / UNIT)
+        n = len(self.by_pos)
+        inf = float("inf")
+        # rank and position folded into one number: (delta // step) * n + position
+        best_rank = inf
+        best: _Scored | None = None
+        keep = scored is not None
+        # with ``scored``: the ranks of the best ``size`` rows so far, negated (a max-heap);
+        # a row ranked at or above the worst of them cannot make the short list
+        size = self._short_len() + 1 if keep else 0
+        top: list[float] = []
+        prune = prune and _PRUNE
+        cut = inf  # a row ranked at or above this is of no use
+        for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
+            cpu_left = free_cpu - cpu
+            if cpu_left < 0 or (free_mem < mem and not keep):
+                continue
+            if num:
+                if len(units) < num or units[-num] < milli:
+                    continue
+                if models and model not in models and "|" not in model:
+                    continue  # (a node of mixed models is checked GPU by GPU later)
+            after = bisect_right(levels, cpu_left)
+            before = bisect_right(levels, free_cpu)
+            key = sig * stride2 + before * stride + after
+            hit = memo.get(key)
+            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
+            if hit is None:
+                if cut < inf:
+                    fkey = sig * stride + before
+                    floor = floors.get(fkey)
+                    if floor is None:
+                        floor = floors[fkey] = self._floor(view, before)
+                    low = (total - demand) * floor[1] - floor[0]
+                    low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
+                    if starved > 0.0:
+                        low += weight * starved
+                    if (low // step) * n + pos >= cut:
+                        continue
+                hit = memo[key] = gradient(view, after, milli, num)
+            delta = hit[0]
+            if starved > 0.0:
+                delta += weight * starved
+            rank = (delta // step) * n + pos
+            if keep:
+                if rank >= cut:
+                    continue
+                entry = (rank, free_mem, view, hit[1])
+                scored.append(entry)  # type: ignore[union-attr]
+                if rank < best_rank and free_mem >= mem:
+                    best_rank, best = rank, entry
+                if prune:
+                    if len(top) < size:
+                        heapq.heappush(top, -rank)
+                    elif rank < -top[0]:
+                        heapq.heapreplace(top, -rank)
+                    if len(top) == size:
+                        cut = max(-top[0], best_rank)
+            elif rank < best_rank:
+                best_rank, best = rank, (rank, free_mem, view, hit[1])
+                if prune:
+                    cut = rank
+        return [best] if best is not None else []
+
+
+def _starvation_scale(workload: Workload, cpu_per_gpu: float) -> float:
+    """How much of ``STARVATION_WEIGHT`` applies under the learned workload.
+
+    The penalty keeps a node's CPU share left at least its GPU share left, so that its
+    GPUs stay hostable. That is only possible while the workload asks for no more CPU
+    per GPU than the pool supplies; once CPU is the scarce resource everywhere, every
+    node ends short of CPU whatever the choice, and the penalty only steers shapes away
+    from where they pack best. It fades out between ``STARVATION_FADE`` (ratio of
+    demanded to supplied CPU per GPU) and that plus 0.2.
+    """
+    cpu = gpu = 0.0
+    for (c, milli, num, _), count in workload.counts.items():
+        cpu += c * count
+        gpu += milli * num * count / UNIT
+    if not gpu or not cpu_per_gpu:
+        return 1.0
+    ratio = cpu / gpu / cpu_per_gpu
+    return min(1.0, max(0.0, (STARVATION_FADE + 0.2 - ratio) / 0.2))
+
+
+STARVATION_FADE = 1.0
+"""Demanded over supplied CPU per GPU above which the starvation penalty fades out."""
+
+_Scored = tuple[float, int, _NodeView, tuple[int, ...]]
+"""(rank, free RAM, view, free-unit values to take) of one scored node."""
+
+_SHORT_LIST = 24
+"""Nodes kept per cached shape, at least."""
+
+_SHORT_SHARE = 256
+"""A pool of many nodes keeps one per ``_SHORT_SHARE`` of its nodes per cached shape."""
+
+_CACHE_SHAPES = 512
+"""Shapes cached per pool (all are dropped when more arrive)."""
+
+_PRUNE = True
+"""Skip rows whose lower bound cannot beat the rows found (:meth:`PoolIndex._floor`)."""
+
+_SIG_LIMIT = 1 << 20
+"""Interned node signatures per pool before they are all made again."""
+
+
+_MISS = object()
+
+
+@dataclass
+class _Cached:
+    """A shape's short list: its best nodes as of ``stamp``, all those ranked below ``bound``."""
+
+    stamp: int
+    bound: float
+    short: list[_Scored]
