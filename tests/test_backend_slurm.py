@@ -16,6 +16,7 @@ from typing import Any
 
 import jobnotebooks as nbs
 import pytest
+import slurmjobs
 from brokerkit import call, start_broker, static_tokens
 from slurmcluster import SlurmCluster, needs_slurm, running_cluster
 from test_jobs_broker import outputs_text, submit, wait_state
@@ -378,3 +379,52 @@ def test_submit_is_idempotent_per_job_and_attempt(cluster: SlurmCluster, tmp_pat
         time.sleep(0.3)
     status = backend.poll(first)
     assert status.finished or "CANCELLED" in (status.error or {}).get("summary", ""), status
+
+
+async def test_a_job_pending_in_slurm_keeps_its_runtime_until_slurm_runs_it(
+    app: Any, cluster: SlurmCluster
+) -> None:
+    """Work submitted outside Jupyter holds sl-t-0 (the broker's node for job-1gpu), so Slurm
+    keeps the broker's job PENDING (reason Resources) for longer than its 4-s runtime limit:
+    it is not stopped, and it says it is queued in Slurm with the reason. Once Slurm runs it,
+    the limit counts from then and stops it. The grant, and the ledger, run from the
+    broker's admission (the pending time is charged: the broker held the GPU meanwhile)."""
+    outside = slurmjobs.submit(cluster, "--nodelist=sl-t-0", "--exclusive", "-J", "outside")
+    assert outside.job_id, outside.error
+    try:
+        slurmjobs.wait_job(cluster, outside.job_id, lambda f: f["JobState"] == "RUNNING",
+                           what="ran")
+        submitted_at = time.time()
+        status, job = await submit(app, "tok-alice", nbs.sleeping(60), max_runtime=4)
+        assert status == 201, job
+        deadline = time.monotonic() + 30
+        while "(reason: Resources" not in job["reason"]:
+            assert time.monotonic() < deadline, job
+            await asyncio.sleep(0.2)
+            job = (await call(app, "GET", f"/jobs/{job['id']}", "tok-alice"))[1]
+        assert job["state"] == "running", job
+        assert job["reason"].startswith("queued in Slurm: job "), job
+        assert "pending" in job["reason"] and "waiting for GPUs or CPUs" in job["reason"]
+        await asyncio.sleep(6)  # pending for longer than its runtime: not stopped
+        held = app.jobs.store.get(job["id"])
+        assert held.state.value == "running" and held.handle["engine_queued"] is True
+        assert not held.handle.get("over_runtime"), held.handle
+        sid = held.handle["ref"]["slurm_job_id"]
+        assert slurm_fields(cluster, sid)["JobState"] == "PENDING"
+    finally:
+        slurmjobs.cancel(cluster, outside.job_id)
+    slurmjobs.wait_job(cluster, sid, lambda f: f["JobState"] != "PENDING", what="started")
+    ran_at = time.time()
+    done = await wait_state(app, "tok-alice", job["id"], {"succeeded", "failed"}, timeout=60)
+    assert done["state"] == "failed" and "maximum runtime of 4s" in done["reason"], done
+    final = app.jobs.store.get(job["id"])
+    began = float(final.handle["started_at"])  # the runtime clock: from Slurm's RUNNING
+    assert began >= submitted_at + 6 and began <= ran_at + 3, (submitted_at, began, ran_at)
+    assert final.ended_at is not None and final.ended_at - began >= 4
+    _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
+    reasons = [e.get("reason") or "" for e in events["events"]]
+    assert sum("queued in Slurm" in r for r in reasons) >= 1, reasons
+    assert any("the engine admitted it" in r for r in reasons), reasons
+    # the ledger charges the grant from the broker's admission, pending time included
+    assert done["gpu_hours"] * 3600 >= (began - submitted_at) + 4 - 1, done
+    assert not app.broker.state.grants

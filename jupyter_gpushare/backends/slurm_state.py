@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..spawner.slurm_options import REASONS
 from .base import RunStatus
 
 ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
@@ -132,15 +133,32 @@ def slurm_summary(job: SlurmJob) -> str:
     return text
 
 
+def pending_text(job: SlurmJob, position: int | None = None) -> str:
+    """What a job that Slurm still holds in its queue says, e.g. ``queued in Slurm: job 12
+    pending, position 1 in the Slurm queue (reason: Resources, waiting for GPUs or CPUs on
+    the node to free up)``."""
+    reason = (job.reason or "None").strip("()") or "None"
+    if reason == "null":
+        reason = "None"
+    why = REASONS.get(reason.split(",", 1)[0])
+    where = f", position {position} in the Slurm queue" if position else ""
+    text = f"queued in Slurm: job {job.job_id} {job.state.lower()}{where} (reason: {reason}"
+    return text + (f", {why})" if why else ")")
+
+
 def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
-                launched: bool) -> RunStatus:
+                launched: bool, position: int | None = None) -> RunStatus:
     """The run's status from Slurm's view (``job``, None when slurmctld no longer knows
-    it) and the runner's ``status.json`` (``result``)."""
+    it) and the runner's ``status.json`` (``result``). A job Slurm still holds (PENDING,
+    CONFIGURING, REQUEUED) is alive and ``queued``, with Slurm's reason and its
+    ``position`` among the pending jobs: the broker's runtime clock waits for it."""
     if job is None and result is None and not launched:
         return RunStatus(alive=False, started=False)
     if job is not None and job.state in ALIVE:  # pending counts as alive: it holds its grant
+        if job.queued:
+            return RunStatus(alive=True, queued=True, reason=pending_text(job, position))
         why = job.reason if job.reason not in ("None", "(null)") else ""
-        return RunStatus(alive=True, queued=job.queued, reason=why)
+        return RunStatus(alive=True, reason=why, started_at=job.start)
     if job is not None and job.state == "COMPLETING" and result is None:
         return RunStatus(alive=True)  # the batch step is ending; the result comes next
     if result is not None:

@@ -302,9 +302,10 @@ class JobManager(JobSettings):
             self.broker.drain_queue(pool)
 
     def _engine_queue(self, job: Job, status: RunStatus, now: float) -> None:
-        """A run the engine still holds in its own queue (e.g. a Job Kueue has not admitted):
-        an event says why, once per new reason; its runtime clock starts when the engine
-        lets it run (the grant, and its GPU-hours, run from the broker's admission)."""
+        """A run the engine still holds in its own queue (e.g. a Job Kueue has not admitted,
+        a Slurm job PENDING): an event says why, once per new reason, and so does the job's
+        reason; its runtime clock starts when the engine lets it run (the grant, and its
+        GPU-hours, run from the broker's admission)."""
         if job.handle is None:
             return
         if status.queued:
@@ -312,9 +313,12 @@ class JobManager(JobSettings):
             if not job.handle.get("engine_queued") or job.handle.get("engine_reason") != text:
                 self.store.note(job, text, handle=dict(job.handle, engine_queued=True,
                                                        engine_reason=text))
+                self.store.update(job, reason=text)  # what the job says while it waits
         elif job.handle.get("engine_queued"):
-            self.store.note(job, f"running on {self.backend.name}: the engine admitted it",
+            text = f"running on {self.backend.name}: the engine admitted it"
+            self.store.note(job, text,
                             handle=dict(job.handle, engine_queued=False, started_at=now))
+            self.store.update(job, reason=f"{text} (attempt {job.attempt})")
 
     def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
         out = []
