@@ -44,6 +44,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -206,8 +207,23 @@ async def open_loop(
                 await conn.call("DELETE", f"/grants/{ans['grant']['id']}")
             nxt += interval
 
-    await asyncio.gather(*(client(c) for c in range(clients)))
-    return {"achieved_per_s": len(lat) / seconds, "lat": lat, "granted": granted[0]}
+    late: list[float] = []
+
+    async def own_lag() -> None:  # this process's loop: the clients' side of the latency
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            late.append(time.perf_counter() - t0 - 0.001)
+
+    await asyncio.gather(own_lag(), *(client(c) for c in range(clients)))
+    return {"achieved_per_s": len(lat) / seconds, "lat": lat, "granted": granted[0],
+            "late_p99": pct(late, 99)}
+
+
+def probe_switch(pid: int, lag_file: Path, on: bool) -> None:
+    """Switch the broker's loop-lag probe on or off (``broker_lagprobe.py``)."""
+    Path(f"{lag_file}.ctl").write_text("on" if on else "off")
+    os.kill(pid, signal.SIGUSR2)
 
 
 def cpu_s(pid: int) -> float:
@@ -231,12 +247,12 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def reconcile_probe(port: int, pid: int) -> dict[str, Any]:
+async def reconcile_probe(port: int, pid: int, lag_file: Path) -> dict[str, Any]:
     """One admin reconcile pass while a probe asks /health back to back: the longest probe
     answer bounds the longest time the pass held the broker's event loop. The broker's own
     loop-lag probe (``broker_lagprobe.py``, switched on by SIGUSR2 meanwhile) tells the work
     that held the loop (CPU of its thread) from waits for a core (wall): see ``lag_figures``."""
-    os.kill(pid, signal.SIGUSR2)
+    probe_switch(pid, lag_file, True)
     done = asyncio.Event()
     probes: list[float] = []
 
@@ -258,7 +274,7 @@ async def reconcile_probe(port: int, pid: int) -> dict[str, Any]:
     done.set()
     await task
     await asyncio.sleep(0.1)
-    os.kill(pid, signal.SIGUSR2)
+    probe_switch(pid, lag_file, False)
     during = probes[before:]
     return {
         "reconcile_window": (since, until),
@@ -276,7 +292,7 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
     gc_path = Path(f"{path}.gc")
     collections = json.loads(gc_path.read_text()) if gc_path.exists() else []
     since, until = window
-    idle = [r for r in records if r[0] <= since]
+    idle = [r for r in records if since - 1.0 <= r[0] <= since]  # the probe's 0.3 s
     during = [r for r in records if since < r[0] <= until + 0.05]
 
     def top(rows: list[list[float]], i: int) -> float:
@@ -286,7 +302,7 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
         begin = r[0] - r[1] - 0.0015
         return any(c[0] > begin and c[0] - c[2] < r[0] for c in collections)
 
-    passes = [c for c in collections if since < c[0] <= until + 0.05]
+    passes = [c for c in collections if since < c[0] <= until + 0.05 and c[2] > 0.001]
     return {
         "lag_idle_wall_ms": top(idle, 1),
         "lag_idle_cpu_ms": top(idle, 2),
@@ -298,6 +314,47 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
         "lag_ticks": float(len(during)),
         "gc_max_ms": max((c[2] for c in passes), default=0.0) * 1000,
         "gc_count": float(len(passes)),
+    }
+
+
+def runqueue_s(pid: int) -> float:
+    """Seconds the process's main thread (the event loop) waited for a core (schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def open_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
+    """Where the time of an admission went during the open loop (the probe's records)."""
+    since, until = window
+
+    def inside(rows: list[list[Any]]) -> list[list[Any]]:
+        return [r for r in rows if since < r[1 if isinstance(r[0], str) else 0] <= until]
+
+    def load(suffix: str) -> list[list[Any]]:
+        file = Path(f"{path}{suffix}")
+        return inside(json.loads(file.read_text())) if file.exists() else []
+
+    ticks, collections, steps = load(""), load(".gc"), load(".req")
+    req = [r[2] for r in steps if r[0] == "req"]
+    sub_wall = [r[2] for r in steps if r[0] == "submit"]
+    sub_cpu = [r[3] for r in steps if r[0] == "submit"]
+    write_wait = [r[2] - r[3] for r in steps if r[0] == "write"]
+    seconds = max(1e-9, until - since)
+    return {
+        "srv_p50": pct(req, 50),
+        "srv_p99": pct(req, 99),
+        "srv_max": max(req, default=float("nan")) * 1000,
+        "submit_p99": pct(sub_wall, 99),
+        "submit_cpu_p99": pct(sub_cpu, 99),
+        "submit_cpu_mean": statistics.fmean(sub_cpu) * 1000 if sub_cpu else float("nan"),
+        "write_wait_mean": statistics.fmean(write_wait) * 1000 if write_wait else float("nan"),
+        "write_wait_p99": pct(write_wait, 99),
+        "open_hold_cpu_max": max((r[2] for r in ticks), default=float("nan")) * 1000,
+        "open_hold_wall_max": max((r[1] for r in ticks), default=float("nan")) * 1000,
+        "open_holds_5ms": float(sum(1 for r in ticks if r[2] > 0.005)),
+        "open_gc_per_s": len(collections) / seconds,
+        "open_gc_ms_per_s": sum(c[2] for c in collections) * 1000 / seconds,
+        "open_gc_max": max((c[2] for c in collections), default=0.0) * 1000,
+        "open_gc2": float(sum(1 for c in collections if c[1] == 2)),
     }
 
 
@@ -326,13 +383,35 @@ def wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
             time.sleep(0.05)
 
 
-def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    seed_s = seed(db_url, args.grants, args.nodes)
+def copy_db(name: str, seeded: str, arm: str, tmp: Path, pg: PgServer | None) -> str:
+    """A copy of the seeded database for one arm: every arm starts from the same state."""
+    if pg is None:
+        target = tmp / f"{name}-{arm}.sqlite"
+        shutil.copyfile(seeded.removeprefix("sqlite:///"), target)
+        return f"sqlite:///{target}"
+    import psycopg2  # noqa: PLC0415
+
+    conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{arm}"')
+        cur.execute(f'CREATE DATABASE "{arm}" TEMPLATE "{seeded.rpartition("/")[2]}"')
+    conn.close()
+    return f"{seeded.rpartition('/')[0]}/{arm}"
+
+
+def run_one(
+    name: str, db_url: str, args: argparse.Namespace, tmp: Path, checkout: Path = REPO
+) -> dict[str, Any]:
+    """One arm: the broker of ``checkout`` (this one, or ``--baseline``) on ``db_url``."""
     tokens = tmp / f"tokens-{name}.json"
     tokens.write_text(json.dumps(static_tokens({})))
     port = free_port()
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{REPO / 'tests'}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    # the broker from ``checkout``; the policy factory (brokerpolicies) from this one's tests
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(checkout), str(REPO / "tests"), env.get("PYTHONPATH", "")]
+    )
     profile = (
         ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]]
         if os.environ.get("BENCH_PROFILE")
@@ -382,27 +461,35 @@ def run_one(name: str, db_url: str, args: argparse.Namespace, tmp: Path) -> dict
             closed_loop(port, args.clients, args.seconds, args.whole_share, args.release)
         )
         cpu1 = cpu_s(proc.pid)
+        probe_switch(proc.pid, lag_file, True)  # the broker's probe on for the open loop
+        wait0, since = runqueue_s(proc.pid), time.time()
         lat = asyncio.run(
             open_loop(port, args.clients, args.seconds, args.rate, args.whole_share, args.release)
         )
+        open_window = (since, time.time())
+        waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
+        probe_switch(proc.pid, lag_file, False)
         cpu2 = cpu_s(proc.pid)
         rss = rss_mib(proc.pid)
-        rec = asyncio.run(reconcile_probe(port, proc.pid))
+        rec = asyncio.run(reconcile_probe(port, proc.pid, lag_file))
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
         os.sched_setaffinity(0, set(cpus))
     rec.update(lag_figures(lag_file, rec.pop("reconcile_window")))
+    rec.update(open_figures(lag_file, open_window))
+    rec["open_runqueue"] = waited
+    rec["client_late_p99"] = lat["late_p99"]
     rss0 = empty_rss(dict(env, GPUSHARE_LAG_FILE=str(tmp / "lag-empty.json")), cmd, tmp)
     live = args.grants + lat["granted"]
     if not args.release:
         live += thr["outcomes"].get("granted", 0)
     return {
         **rec,
+        "load1": os.getloadavg()[0],
         "rss_mib": rss,
         # per live grant: the seeded ones and those the runs kept
         "mib_per_10k": (rss - rss0) * 10000 / max(1, live),
-        "seed_s": seed_s,
         "start_s": start_s,
         "throughput": thr["admissions_per_s"],
         # broker CPU per admission (all its threads): what one *dedicated* core could serve,
@@ -579,6 +666,20 @@ def main() -> None:
         help="instead: release + re-decision with this many requests queued (see above)",
     )
     parser.add_argument("--iterations", type=int, default=200, help="releases per --queued case")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (e.g. git archive OLD | tar -x -C DIR): its broker runs on a "
+        "copy of the same seeded database with the same clients, in this run; ratios printed",
+    )
+    parser.add_argument("--reps", type=int, default=1, help="runs per arm (alternating order)")
+    parser.add_argument("--keep", type=Path, help="work in this folder and leave it there")
+    parser.add_argument(
+        "--seed-cache",
+        type=Path,
+        help="SQLite: keep the seeded database in this folder and reuse it when one of the "
+        "same --grants and --nodes is there (seeding 100,000 grants takes minutes)",
+    )
     args = parser.parse_args()
     if args.queued:
         run_queued(args)
@@ -586,20 +687,53 @@ def main() -> None:
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
     results: dict[str, dict[str, Any]] = {}
+    seeded: dict[str, float] = {}
+    bench_policy(args.nodes)  # sets $GPUSHARE_BENCH_NODES for the brokers (seeded or not)
+    checkouts = [("base", args.baseline.resolve())] if args.baseline else []
+    checkouts.append(("now", REPO))
     with tempfile.TemporaryDirectory(prefix="gpushare-bench-") as tmpdir:
         tmp = Path(tmpdir)
+        if args.keep:  # the logs and the probe's records, for a look afterwards
+            tmp = args.keep.resolve()
+            tmp.mkdir(parents=True, exist_ok=True)
         for name in args.db.split(","):
+            pg = None
             if name == "sqlite":
-                results[name] = run_one(name, f"sqlite:///{tmp}/bench.sqlite", args, tmp)
+                url = f"sqlite:///{tmp}/bench.sqlite"
             elif name == "postgresql":
                 reason = pg_missing_reason()
                 if reason:
                     print(f"postgresql: skipped ({reason})")
                     continue
                 pg = PgServer()
-                try:
-                    results[name] = run_one(name, pg.new_database("bench"), args, tmp)
-                finally:
+                url = pg.new_database("bench")
+            else:
+                raise SystemExit(f"--db: unknown database {name!r} (sqlite, postgresql)")
+            try:
+                cached = args.seed_cache / f"seed-{args.grants}-{args.nodes}.sqlite" \
+                    if args.seed_cache and pg is None else None
+                if cached is not None and cached.exists():
+                    shutil.copyfile(cached, url.removeprefix("sqlite:///"))
+                    seeded[name] = float("nan")
+                else:
+                    print(f"{name}: seeding {args.grants} grants ...", flush=True)
+                    seeded[name] = seed(url, args.grants, args.nodes)
+                    if cached is not None:
+                        shutil.copyfile(url.removeprefix("sqlite:///"), cached)
+                for rep in range(args.reps):
+                    # alternate which arm goes first, so neither always meets the warmer box
+                    order = checkouts if rep % 2 == 0 else checkouts[::-1]
+                    for arm, checkout in order:
+                        label = f"{name} {arm}" + (f" {rep + 1}" if args.reps > 1 else "")
+                        key = label.replace(" ", "-")
+                        db_url = copy_db(name, url, key, tmp, pg) if args.baseline or \
+                            args.reps > 1 else url
+                        print(f"{label}: running ...", flush=True)
+                        results[label] = run_one(key, db_url, args, tmp, checkout)
+                        results[label]["seed_s"] = seeded[name]
+                        results[label]["arm"] = (name, arm)
+            finally:
+                if pg is not None:
                     pg.stop()
     nodes = len(bench_policy(args.nodes).nodes)
     print(
@@ -620,6 +754,23 @@ def main() -> None:
         ("  p50 latency (ms)", "p50", "{:.2f}"),
         ("  p99 latency (ms)", "p99", "{:.2f}"),
         ("  broker CPU busy (share of its core)", "open_cpu", "{:.2f}"),
+        ("  broker loop waiting for its core (share)", "open_runqueue", "{:.2f}"),
+        ("  clients' own loop lateness, p99 (ms)", "client_late_p99", "{:.2f}"),
+        ("  in the broker: request time p50 (ms)", "srv_p50", "{:.2f}"),
+        ("  in the broker: request time p99 (ms)", "srv_p99", "{:.2f}"),
+        ("  in the broker: request time max (ms)", "srv_max", "{:.1f}"),
+        ("  submit (decide+commit+apply) wall p99 (ms)", "submit_p99", "{:.2f}"),
+        ("  submit CPU mean / p99 (ms)", "submit_cpu_mean", "{:.3f}"),
+        ("", "submit_cpu_p99", "{:.2f}"),
+        ("  commit: wait for the database mean (ms)", "write_wait_mean", "{:.3f}"),
+        ("  commit: wait for the database p99 (ms)", "write_wait_p99", "{:.2f}"),
+        ("  loop holds: longest CPU / wall (ms)", "open_hold_cpu_max", "{:.1f}"),
+        ("", "open_hold_wall_max", "{:.1f}"),
+        ("  loop holds over 5 ms CPU", "open_holds_5ms", "{:.0f}"),
+        ("  GC passes > 0.2 ms per s / ms per s", "open_gc_per_s", "{:.1f}"),
+        ("", "open_gc_ms_per_s", "{:.1f}"),
+        ("  GC: longest pass (ms) / full passes", "open_gc_max", "{:.1f}"),
+        ("", "open_gc2", "{:.0f}"),
         ("broker RSS after the runs (MiB)", "rss_mib", "{:.0f}"),
         ("  memory per 10,000 grants (MiB)", "mib_per_10k", "{:.1f}"),
         ("reconcile pass over every grant (s)", "reconcile_s", "{:.2f}"),
@@ -636,10 +787,26 @@ def main() -> None:
         ("  longest loop hold before it, wall (ms)", "lag_idle_wall_ms", "{:.1f}"),
         ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
         ("  /health answer when idle, max (ms)", "probe_idle_max_ms", "{:.1f}"),
+        ("load average (1 min) at the arm's end", "load1", "{:.2f}"),
     ]
-    print(f"{'':45}" + "".join(f"{n:>14}" for n in names))
+    ratios = [f"{db} now/base" for db in seeded if args.baseline]
+
+    def ratio(db: str, key: str) -> str:
+        def med(arm: str) -> float:
+            return statistics.median(
+                r[key] for r in results.values() if r["arm"] == (db.split()[0], arm)
+            )
+
+        base = med("base")
+        return f"{med('now') / base:.2f}" if base else "-"
+
+    print(f"{'':45}" + "".join(f"{n:>18}" for n in names + ratios))
     for label, key, fmt in rows:
-        print(f"{label:45}" + "".join(f"{fmt.format(results[n][key]):>14}" for n in names))
+        print(f"{label:45}" + "".join(f"{fmt.format(results[n][key]):>18}" for n in names)
+              + "".join(f"{ratio(db, key):>18}" for db in ratios))
+    if args.baseline:
+        print(f"base: the broker of {args.baseline} (git archive), same seeded database "
+              "(a copy per arm), same clients, same run; ratios of the medians over --reps")
     for n in names:
         print(f"{n} outcomes (closed loop): {results[n]['outcomes']}")
     print("targets: p99 < 20 ms and >= 500 admissions/s on SQLite, one core")

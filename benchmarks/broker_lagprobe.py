@@ -3,14 +3,23 @@
     python benchmarks/broker_lagprobe.py --BrokerApp.… (the broker's own options)
 
 Runs ``jupyter_gpushare.broker``'s ``main`` unchanged, plus one task on its event loop that
-sleeps ``TICK`` seconds at a time while it is switched on (``SIGUSR2`` switches it on and
-off). Each wake-up records how long the loop took to come back, as wall time and as the
-CPU time of the loop's thread (``time.thread_time``) spent in between: the CPU figure is
-the work that held the loop, the wall figure adds the time the process waited for a core
-(a shared machine). On exit the records, ``[unix time, wall s, CPU s]`` per wake-up, are
-written as JSON to ``$GPUSHARE_LAG_FILE``, and the garbage collector's passes of over a
-millisecond (``[unix time at the end, generation, CPU s]``, while the probe is on) to the
-same name plus ``.gc``: a hold with a collection in it is the collector's, not the code's.
+sleeps ``TICK`` seconds at a time while it is switched on (``SIGUSR2`` switches it on or
+off, as ``$GPUSHARE_LAG_FILE.ctl`` says: ``on``, ``off``). Each wake-up records how long the
+loop took to come back, as wall time and as the CPU time of the loop's thread
+(``time.thread_time``) spent in between: the CPU figure is the work that held the loop, the
+wall figure adds the time the process waited for a core (a shared machine). On exit the
+records, ``[unix time, wall s, CPU s]`` per wake-up, are written as JSON to
+``$GPUSHARE_LAG_FILE``, and the garbage collector's passes of over a millisecond (``[unix
+time at the end, generation, CPU s]``, while the probe is on) to the same name plus ``.gc``:
+a hold with a collection in it is the collector's, not the code's.
+
+While on, it also records, to the same name plus ``.req``, where an admission's time goes:
+``["req", end, server s]`` per ``POST /requests`` answered (tornado's request time: headers
+read to answer written), ``["submit", end, wall s, CPU s]`` per ``Broker.submit`` (decision,
+commit and apply) and ``["write", end, wall s, CPU s]`` per fast-path transaction (the
+commit: wall minus CPU is the wait for the database), and ``["slow", end, CPU s, what]``
+per callback of the loop that took over ``SLOW`` seconds of CPU (what: the handle's repr,
+for a task its coroutine and where it stood).
 """
 
 from __future__ import annotations
@@ -24,13 +33,16 @@ import time
 from typing import Any
 
 from jupyter_gpushare.broker import app as broker_app
+from jupyter_gpushare.broker import fastsql, service
 
 TICK = 0.001
+SLOW = 0.005  # callbacks of more CPU than this are named in the records
 
 
 def main() -> None:
     records: list[tuple[float, float, float]] = []
     collections: list[tuple[float, int, float]] = []
+    steps: list[tuple[Any, ...]] = []
     state: dict[str, Any] = {"task": None, "gc_start": 0.0}
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
@@ -40,7 +52,7 @@ def main() -> None:
             state["gc_start"] = time.thread_time()
             return
         took = time.thread_time() - state["gc_start"]
-        if took > 0.001:
+        if took > 0.0002:
             collections.append((time.time(), int(info["generation"]), took))
 
     gc.callbacks.append(on_gc)
@@ -54,13 +66,62 @@ def main() -> None:
             last_wall, last_cpu = wall, cpu
 
     def toggle() -> None:
+        # the wanted state is in the control file: two signals sent close together may
+        # reach the process as one (an off and an on would then be lost)
+        try:
+            with open(os.environ["GPUSHARE_LAG_FILE"] + ".ctl") as ctl:
+                wanted = ctl.read().strip() == "on"
+        except FileNotFoundError:
+            wanted = state["task"] is None
         task = state["task"]
-        if task is None:
+        if task is None and wanted:
             state["task"] = asyncio.ensure_future(probe())
-        else:
+        elif task is not None and not wanted:
             task.cancel()
             state["task"] = None
 
+    def timed(cls: Any, name: str, label: str) -> None:
+        inner = getattr(cls, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if state["task"] is None:
+                return inner(*args, **kwargs)
+            w0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                steps.append((label, time.time(), time.perf_counter() - w0,
+                              time.thread_time() - c0))
+
+        setattr(cls, name, wrapper)
+
+    timed(service.Broker, "submit", "submit")
+    timed(fastsql.FastWriter, "write", "write")
+    log_request = broker_app.BrokerApp._log_request
+
+    def _log_request(self: broker_app.BrokerApp, handler: Any) -> None:
+        if state["task"] is not None and handler.request.method == "POST" and \
+                type(handler).__name__ == "RequestsHandler":
+            steps.append(("req", time.time(), handler.request.request_time()))
+        log_request(self, handler)
+
+    broker_app.BrokerApp._log_request = _log_request  # type: ignore[method-assign]
+    run_handle = asyncio.events.Handle._run
+
+    def _run(self: asyncio.events.Handle) -> None:  # which callback held the loop
+        if state["task"] is None:
+            return run_handle(self)
+        c0 = time.thread_time()
+        try:
+            return run_handle(self)
+        finally:
+            took = time.thread_time() - c0
+            if took > SLOW:
+                owner = getattr(self._callback, "__self__", None)  # a task's step: the task
+                what = repr(owner) if isinstance(owner, asyncio.Task) else repr(self)
+                steps.append(("slow", time.time(), took, what[:400]))
+
+    asyncio.events.Handle._run = _run  # type: ignore[method-assign]
     original = broker_app.BrokerApp.start_async
 
     async def start_async(self: broker_app.BrokerApp) -> None:
@@ -75,6 +136,8 @@ def main() -> None:
             json.dump(records, out)
         with open(os.environ["GPUSHARE_LAG_FILE"] + ".gc", "w") as out:
             json.dump(collections, out)
+        with open(os.environ["GPUSHARE_LAG_FILE"] + ".req", "w") as out:
+            json.dump(steps, out)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,14 @@ class BrokerApp(Application):
         "fewer checkpoints mean fewer slow commits; the WAL holds about 13 pages (52 KiB) per "
         "admission in between.",
     )
+    sqlite_wal_restart_mib = Float(
+        64.0,
+        config=True,
+        help="SQLite: once the WAL passes this size (MiB), the checkpoint thread makes the "
+        "next commit start it over (wal_checkpoint(RESTART) after the passive one), so that "
+        "the file stays about this big under back-to-back commits instead of growing by "
+        "~52 KiB per admission until a quiet moment (0: never).",
+    )
     gc_freeze = Bool(
         True,
         config=True,
@@ -258,6 +266,7 @@ class BrokerApp(Application):
             observer=self.metrics,
             raw_sql=self.raw_sql,
             checkpoint_interval_s=self.sqlite_checkpoint_interval_s,
+            wal_restart_bytes=int(self.sqlite_wal_restart_mib * (1 << 20)),
             limits=BrokerLimits(parent=self),
         )
         self.runner.broker = self.broker

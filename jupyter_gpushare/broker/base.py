@@ -50,13 +50,18 @@ class BrokerBase:
         observer: Observer | None = None,
         raw_sql: bool = True,
         checkpoint_interval_s: float = 1.0,
+        wal_restart_bytes: int = 64 << 20,
         limits: BrokerLimits | None = None,
     ) -> None:
         self.policy = policy
         self.engine = engine
         # hot-path writes through the driver (one transaction each); None: SQLAlchemy only
         self.fast: fastsql.FastWriter | None = (
-            fastsql.FastWriter(engine, checkpoint_interval_s=checkpoint_interval_s)
+            fastsql.FastWriter(
+                engine,
+                checkpoint_interval_s=checkpoint_interval_s,
+                wal_restart_bytes=wal_restart_bytes,
+            )
             if raw_sql and fastsql.supported(engine)
             else None
         )

@@ -12,7 +12,13 @@ transaction**, committed before it returns:
   second by default: the first commit after a complete checkpoint restarts the WAL and syncs
   its header, a ~4 ms stall, so checkpoints are kept rare); a checkpoint only copies
   committed pages into the database file, so this changes nothing about what a ``kill -9``
-  keeps.
+  keeps. A passive checkpoint never lets SQLite start the WAL over while commits come back
+  to back (a new commit always lands behind it), so once the WAL passes
+  ``wal_restart_bytes`` the thread follows it with ``wal_checkpoint(RESTART)``: the few
+  frames committed since the passive one are copied and the next commit writes from the
+  WAL's start (the file is reused, no longer grown). Writers wait for that short step only;
+  its busy timeout is short (:data:`RESTART_BUSY_MS`), so a long reader makes it give up
+  and try again later rather than hold the writers.
 * PostgreSQL (``psycopg2``): statements are prepared once per connection (``PREPARE``), and
   the ``EXECUTE``s of one change travel as **one** simple query
   (``stmt; stmt; …``) on an autocommit connection, which PostgreSQL runs as a single implicit
@@ -37,6 +43,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 log = logging.getLogger("gpushare.broker.db")
+
+RESTART_BUSY_MS = 20
+"""How long the checkpointer's ``RESTART`` step waits for the writer and for readers."""
 
 REQUEST_COLUMNS = (
     "id",
@@ -135,7 +144,13 @@ def supported(engine: Engine) -> bool:
 class FastWriter:
     """One dedicated driver connection for the broker's hot-path transactions."""
 
-    def __init__(self, engine: Engine, *, checkpoint_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        checkpoint_interval_s: float = 1.0,
+        wal_restart_bytes: int = 64 << 20,
+    ) -> None:
         if not supported(engine):
             raise ValueError(f"no fast path for {engine.dialect.name}+{engine.dialect.driver}")
         self.engine = engine
@@ -150,6 +165,8 @@ class FastWriter:
                 for k, v in SQL.items()
             }
         self.checkpoint_interval_s = checkpoint_interval_s
+        self.wal_restart_bytes = wal_restart_bytes
+        self.wal_restarts = 0
         self._raw: Any = None  # SQLAlchemy's proxy (detached from the pool)
         self._conn: Any = None  # the driver connection
         self._cur: Any = None
@@ -242,6 +259,7 @@ class FastWriter:
         timeout = 30.0
         conn = sqlite3.connect(database, timeout=timeout, check_same_thread=False)
         conn.isolation_level = None
+        frame = int(conn.execute("PRAGMA page_size").fetchone()[0]) + 24  # WAL frame header
         done = 0
         try:
             while not self._stop.wait(self.checkpoint_interval_s):
@@ -249,7 +267,7 @@ class FastWriter:
                     continue
                 done = self.commits
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.checkpoint(conn, frame)
                 except sqlite3.Error as exc:  # busy or locked: try again next time
                     log.debug("WAL checkpoint skipped: %s", exc)
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
@@ -257,3 +275,18 @@ class FastWriter:
             log.warning("WAL checkpointer stopped: %s", exc)
         finally:
             conn.close()
+
+    def checkpoint(self, conn: sqlite3.Connection, frame_bytes: int) -> None:
+        """One passive checkpoint on ``conn`` (not the writer's connection), then, when the
+        WAL is past ``wal_restart_bytes``, a restart (the next commit starts it over)."""
+        _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not self.wal_restart_bytes or frames * frame_bytes <= self.wal_restart_bytes:
+            return
+        timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+        conn.execute(f"PRAGMA busy_timeout={RESTART_BUSY_MS}")
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()[0]
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={timeout_ms}")
+        if not busy:
+            self.wal_restarts += 1
