@@ -19,7 +19,10 @@ read to answer written), ``["submit", end, wall s, CPU s]`` per ``Broker.submit`
 commit and apply) and ``["write", end, wall s, CPU s]`` per fast-path transaction (the
 commit: wall minus CPU is the wait for the database), and ``["slow", end, CPU s, what]``
 per callback of the loop that took over ``SLOW`` seconds of CPU (what: the handle's repr,
-for a task its coroutine and where it stood).
+for a task its coroutine and where it stood). With ``$GPUSHARE_LAG_GCWHY`` set, the first
+20 collections of over 1 ms also record what their generation held when they began
+(``["gcwhy", end, generation, CPU s, objects, most common types, biggest containers]``;
+listing it costs time before each collection, outside the CPU it records).
 """
 
 from __future__ import annotations
@@ -49,9 +52,25 @@ def main() -> None:
         if state["task"] is None:
             return
         if phase == "start":
+            if os.environ.get("GPUSHARE_LAG_GCWHY") and state.get("why", 0) < 20:
+                young = gc.get_objects(int(info["generation"]))
+                kinds: dict[str, int] = {}
+                for o in young:
+                    kinds[type(o).__name__] = kinds.get(type(o).__name__, 0) + 1
+                top = sorted(kinds.items(), key=lambda kv: -kv[1])[:12]
+                state["young"] = (len(young), top, sorted(
+                    ((len(o), type(o).__name__, repr(o)[:80]) for o in young
+                     if isinstance(o, (dict, list, set, tuple, frozenset)) and len(o) > 200),
+                    reverse=True,
+                )[:6])
+                del young
             state["gc_start"] = time.thread_time()
             return
         took = time.thread_time() - state["gc_start"]
+        if took > 0.001 and os.environ.get("GPUSHARE_LAG_GCWHY") and state.get("why", 0) < 20:
+            state["why"] = state.get("why", 0) + 1  # the biggest containers left young
+            count, top, big = state["young"]
+            steps.append(("gcwhy", time.time(), int(info["generation"]), took, count, top, big))
         if took > 0.0002:
             collections.append((time.time(), int(info["generation"]), took))
 
