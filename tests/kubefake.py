@@ -14,15 +14,23 @@ documented semantics of what the backend relies on:
   pod counts as a failure of the Job;
 * Kueue preempting a workload (:meth:`evict`) sets ``Evicted``/``Preempted`` on the
   Workload, suspends the Job again and deletes its pods;
-* deleting a Job deletes its pods, its Workload and the ConfigMaps it owns (GC).
+* deleting a Job deletes its pods, its Workload and the ConfigMaps it owns (GC);
+* :meth:`FakeKube.run` is a kubelet that runs the admitted pod's container for real, as a
+  local process: its ConfigMap's files laid out as a configMap volume, the user's
+  PersistentVolumeClaim as a local folder that must be mounted where the pod mounts it.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import itertools
 import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from jupyter_gpushare.backends.kube_client import AlreadyExists, KubeClient, NotFound
@@ -237,3 +245,49 @@ class FakeKube(KubeClient):
             for key, pod in list(self.pods.items()):
                 if pod["metadata"]["labels"]["job-name"] == name:
                     del self.pods[key]
+
+    # -- a kubelet that runs the container -----------------------------------------------
+
+    def run(self, name: str, claims: dict[str, Path], scratch: Path,
+            namespace: str = "jupyterhub", timeout: float = 240) -> dict[str, Any]:
+        """Admit the Job and run its pod's container for real: the ConfigMap volume laid
+        out under ``scratch``, each PersistentVolumeClaim of the pod at the local folder
+        ``claims[claimName]``, which must be its ``mountPath`` (no bind mounts here: the
+        test configures the home mount path as the claim's folder). The container's
+        termination message ends the pod, as the kubelet reports it. Returns the message."""
+        self.admit(name, namespace)
+        with self.lock:
+            spec = copy.deepcopy(self._job(name, namespace)["spec"]["template"]["spec"])
+        container = spec["containers"][0]
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        command = [sys.executable, *container["command"][1:]]
+        for mount in container["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            if "configMap" in volume:
+                with self.lock:
+                    cm = copy.deepcopy(self.configmaps[namespace, volume["configMap"]["name"]])
+                where = scratch / f"{name}-{mount['name']}"
+                where.mkdir(parents=True, exist_ok=True)
+                for key, value in (cm.get("data") or {}).items():
+                    (where / key).write_text(value)
+                for key, value in (cm.get("binaryData") or {}).items():
+                    (where / key).write_bytes(base64.b64decode(value))
+                command = [str(where) if a == mount["mountPath"] else a for a in command]
+            elif "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"]["claimName"]
+                folder = claims[claim]  # a KeyError: the pod mounts someone else's volume
+                assert os.path.realpath(mount["mountPath"]) == os.path.realpath(folder), (
+                    f"claim {claim} is mounted at {mount['mountPath']}, not at {folder}")
+        env = {e["name"]: e["value"] for e in container.get("env") or [] if "value" in e}
+        term = scratch / f"{name}-termination-log"
+        env.update(PATH=os.environ["PATH"], GPUSHARE_TERMINATION_LOG=str(term))
+        os.makedirs(container["workingDir"], exist_ok=True)
+        proc = subprocess.run(command, env=env, cwd=container["workingDir"],
+                              capture_output=True, text=True, timeout=timeout)
+        message = json.loads(term.read_text()) if term.exists() else None
+        with self.lock:
+            for (_, pod_name), pod in self.pods.items():
+                if pod["metadata"]["labels"]["job-name"] == name:
+                    self.logs[pod_name] = proc.stdout + proc.stderr
+        self.finish(name, proc.returncode, message, namespace=namespace)
+        return message or {"exit_code": proc.returncode, "log": proc.stdout + proc.stderr}

@@ -38,6 +38,13 @@ class Capabilities:
     survives_broker_restart: bool  # runs go on while the broker is down
     own_process_group: bool = True
     notes: str = ""
+    output_in_user_files_only: bool = False
+    """The executed notebook is only in the user's own files (e.g. the user's volume on
+    Kubernetes, which the broker does not mount): :meth:`JobBackend.fetch_output` gives
+    nothing, and the user's server, which has those files, serves it."""
+    user_files_mount: str = ""
+    """Where the job sees the user's files (e.g. ``/home/jovyan``): the output is at
+    ``<user_files_mount>/<output_path>``, a path the user's server sees the same way."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +55,8 @@ class Capabilities:
             "survives_broker_restart": self.survives_broker_restart,
             "own_process_group": self.own_process_group,
             "notes": self.notes,
+            "output_in_user_files_only": self.output_in_user_files_only,
+            "user_files_mount": self.user_files_mount,
         }
 
 
@@ -155,7 +164,9 @@ class JobBackend(ABC):
 
     @abstractmethod
     def fetch_output(self, handle: RunHandle) -> bytes | None:
-        """The executed notebook of a run (also while it runs, as far as it got)."""
+        """The executed notebook of a run (also while it runs, as far as it got); None when
+        there is none yet, or when the backend writes it only into the user's own files
+        (``Capabilities.output_in_user_files_only``: the user's server serves it then)."""
 
     def refusal(self, spec: RunSpec) -> str | None:
         """Why this backend can never run ``spec`` as granted (None: it can).

@@ -228,7 +228,10 @@ class KubeJobsBackend(ConfigurableJobBackend):
             survives_broker_restart=True,
             own_process_group=True,
             notes=f"namespace {self.namespace}; the executed notebook is written into the "
-            "user's volume (not fetched by the broker)",
+            "user's volume, which the broker does not mount: the user's server serves it "
+            "(GET /gpushare/api/jobs/<id>/output) and JupyterLab opens it from the user's files",
+            output_in_user_files_only=self.storage_type != "none",
+            user_files_mount=self.home_mount_path,
         )
 
     # -- submit -----------------------------------------------------------------------------
@@ -528,7 +531,8 @@ class KubeJobsBackend(ConfigurableJobBackend):
 
     def fetch_output(self, handle: RunHandle) -> bytes | None:
         """None: the executed notebook is in the user's volume (``output_path``), which
-        the broker does not mount."""
+        the broker does not mount; the user's server, which mounts it, serves it
+        (``Capabilities.output_in_user_files_only``)."""
         return None
 
     def checkpoint_dir(self, job_id: str) -> str:

@@ -101,6 +101,12 @@ class GPUShareServerApp(ExtensionApp):
         once more shortly before the deadline), not only onto the stream.""",
     )
     broker_timeout_s = Float(5.0, config=True, help="Timeout (s) of each broker request.")
+    max_output_bytes = Int(
+        256 * 1024 * 1024, config=True,
+        help="""Largest executed notebook that GET /gpushare/api/jobs/<id>/output serves from
+        the user's own files (where the batch backend writes it only there, e.g. the user's
+        volume on Kubernetes); a bigger one answers 413 and is opened in JupyterLab instead.""",
+    )
     simulated_gpu_count = Int(
         2, config=True, help="Simulated GPUs when there is no grant to take UUIDs from."
     )
@@ -162,6 +168,7 @@ class GPUShareServerApp(ExtensionApp):
             terminal_manager=_LazyTerminals(sa),
         )
         self.settings["gpushare_service"] = self.service
+        self.settings["gpushare_max_output_bytes"] = int(self.max_output_bytes)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers() + job_handlers() + switch_handlers())

@@ -5,7 +5,8 @@ so a path outside the server's root is refused), sends the snapshot to the broke
 the server's own token (``$JUPYTERHUB_API_TOKEN``), and relays the broker's answers as
 they are (status, body, the field a refusal names). The executed notebook is written by
 the job itself into the user's files (``output_path``, relative to the same root), so it
-arrives even when this server is no longer running.
+arrives even when this server is no longer running; ``/output`` serves it from the broker,
+or from this server's files where only they have it (:mod:`.job_output`).
 
 Routes (all authenticated, ``gpushare`` resource):
 
@@ -82,8 +83,7 @@ class _JobsHandler(ExtensionHandlerMixin, APIHandler):
     async def relay(self, method: str, path: str, body: Any = None) -> None:
         status, data, ctype = await self.broker(method, path, body)
         self.set_status(status)
-        self.set_header("Content-Type", ctype)
-        self.finish(data)
+        self.finish(data, set_content_type=ctype)  # APIHandler would say JSON otherwise
 
     async def read_notebook(self, path: Any) -> dict[str, Any] | None:
         """The notebook at ``path`` in this server's files, or None after answering 4xx."""
@@ -210,13 +210,6 @@ class JobEventsHandler(_JobsHandler):
         await self.relay("GET", f"/jobs/{quote(job_id, safe='')}/events")
 
 
-class JobOutputHandler(_JobsHandler):
-    @web.authenticated
-    @authorized
-    async def get(self, job_id: str) -> None:
-        await self.relay("GET", f"/jobs/{quote(job_id, safe='')}/output")
-
-
 class JobLogHandler(_JobsHandler):
     """The log as text (``offset``, ``tail``), or followed as server-sent events."""
 
@@ -231,8 +224,7 @@ class JobLogHandler(_JobsHandler):
         if args.get("follow") not in ("1", "true"):
             status, data, ctype = await self.broker("GET", path)
             self.set_status(status)
-            self.set_header("Content-Type", ctype)
-            self.finish(data)
+            self.finish(data, set_content_type=ctype)
             return
         status, data, _ = await self.broker("GET", f"/jobs/{quote(job_id, safe='')}")
         if status != 200:
@@ -262,6 +254,8 @@ class JobLogHandler(_JobsHandler):
 
 def job_handlers() -> list[tuple[str, type]]:
     """Routes, relative to the server's base URL."""
+    from .job_output import JobOutputHandler
+
     return [
         (r"/gpushare/api/jobs", JobsHandler),
         (r"/gpushare/api/jobs/options", JobOptionsHandler),
