@@ -405,6 +405,7 @@ async def test_a_job_pending_in_slurm_keeps_its_runtime_until_slurm_runs_it(
         assert job["state"] == "running", job
         assert job["reason"].startswith("queued in Slurm: job "), job
         assert "pending" in job["reason"] and "waiting for GPUs or CPUs" in job["reason"]
+        assert job["started_at"] is None and job["runtime_s"] is None  # it has not run yet
         await asyncio.sleep(6)  # pending for longer than its runtime: not stopped
         held = app.jobs.store.get(job["id"])
         assert held.state.value == "running" and held.handle["engine_queued"] is True
@@ -421,6 +422,8 @@ async def test_a_job_pending_in_slurm_keeps_its_runtime_until_slurm_runs_it(
     began = float(final.handle["started_at"])  # the runtime clock: from Slurm's RUNNING
     assert began >= submitted_at + 6 and began <= ran_at + 3, (submitted_at, began, ran_at)
     assert final.ended_at is not None and final.ended_at - began >= 4
+    assert final.started_at == began  # the job's runtime, as shown, is Slurm's too
+    assert 4 <= done["runtime_s"] < 15, done
     _, events = await call(app, "GET", f"/jobs/{job['id']}/events", "tok-alice")
     reasons = [e.get("reason") or "" for e in events["events"]]
     assert sum("queued in Slurm" in r for r in reasons) >= 1, reasons

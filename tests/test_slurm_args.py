@@ -164,10 +164,9 @@ def test_states_that_still_hold_the_grant(state: str) -> None:
     assert status_from(job(state), None, True).alive is True  # type: ignore[arg-type]
     assert status_from(job(state), None, True).queued is (  # type: ignore[arg-type]
         state in ("PENDING", "CONFIGURING", "REQUEUED"))
-    pending = status_from(job("PENDING", "Resources"), None, True, 3)  # type: ignore[arg-type]
-    assert pending.reason == ("queued in Slurm: job 12 pending, position 3 in the Slurm queue "
-                              "(reason: Resources, waiting for GPUs or CPUs on the node to "
-                              "free up)")
+    pending = status_from(job("PENDING", "Resources"), None, True)  # type: ignore[arg-type]
+    assert pending.reason == ("queued in Slurm: job 12 pending (reason: Resources, waiting for "
+                              "GPUs or CPUs on the node to free up)")
     held = status_from(job("PENDING", "AssocGrpGRES"), None, True)  # type: ignore[arg-type]
     assert held.reason == ("queued in Slurm: job 12 pending (reason: AssocGrpGRES, your "
                            "team's GPU limit is reached)")

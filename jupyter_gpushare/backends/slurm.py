@@ -44,7 +44,6 @@ from typing import Any
 
 from traitlets import Bool, Float, Integer, List, Unicode
 
-from ..spawner.slurm_options import queue_position
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .jobfolder import JobFolder
 from .local import RUNNER, _with_cell_ids, _write_json
@@ -159,7 +158,6 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         self.policy_getter: Callable[[], Any] | None = (
             (lambda: broker.policy) if broker is not None else None)
         self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
-        self._positions: dict[str, tuple[float, int | None]] = {}
         self._nodes: tuple[float, dict[str, SlurmNodeInfo]] | None = None
         self._lock = threading.Lock()
 
@@ -252,30 +250,6 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         with self._lock:
             self._jobs[slurm_id] = (now, job)
         return job
-
-    def queue_position(self, slurm_id: str) -> int | None:
-        """The pending job's place among the pending jobs of its partition, in the order
-        Slurm considers them (``squeue --sort=-p,i``; asked at most every
-        ``min_poll_interval_s``; None: Slurm did not say)."""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._positions.get(slurm_id)
-        if cached is not None and now - cached[0] < self.min_poll_interval_s:
-            return cached[1]
-        argv = [self.squeue, "-h", "-t", "PENDING", "--sort=-p,i", "-o", "%i"]
-        partition = self._partition()
-        if partition:
-            argv.append(f"--partition={partition}")
-        try:
-            done = self._cmd(argv, check=False)
-        except SlurmCommandError:
-            return None
-        position = queue_position(slurm_id, done.stdout) if done.returncode == 0 else None
-        with self._lock:
-            self._positions[slurm_id] = (now, position)
-            for old in [k for k, (t, _) in self._positions.items() if now - t > 600]:
-                del self._positions[old]
-        return position
 
     def _by_name(self, name: str) -> str | None:
         """The id of the newest Slurm job named ``name`` that slurmctld still knows."""
@@ -411,8 +385,7 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             lost = self._pending_on_dead_node(handle, job)
             if lost is not None:
                 return lost
-        position = self.queue_position(job.job_id) if job is not None and job.queued else None
-        return status_from(job, result, launched, position)
+        return status_from(job, result, launched)
 
     def _pending_on_dead_node(self, handle: RunHandle, job: SlurmJob) -> RunStatus | None:
         """A job still pending on the node the broker chose, which Slurm has down or

@@ -133,30 +133,29 @@ def slurm_summary(job: SlurmJob) -> str:
     return text
 
 
-def pending_text(job: SlurmJob, position: int | None = None) -> str:
+def pending_text(job: SlurmJob) -> str:
     """What a job that Slurm still holds in its queue says, e.g. ``queued in Slurm: job 12
-    pending, position 1 in the Slurm queue (reason: Resources, waiting for GPUs or CPUs on
-    the node to free up)``."""
+    pending (reason: Resources, waiting for GPUs or CPUs on the node to free up)``. No queue
+    position: the broker records an event per new text, and a position changes often."""
     reason = (job.reason or "None").strip("()") or "None"
     if reason == "null":
         reason = "None"
     why = REASONS.get(reason.split(",", 1)[0])
-    where = f", position {position} in the Slurm queue" if position else ""
-    text = f"queued in Slurm: job {job.job_id} {job.state.lower()}{where} (reason: {reason}"
+    text = f"queued in Slurm: job {job.job_id} {job.state.lower()} (reason: {reason}"
     return text + (f", {why})" if why else ")")
 
 
 def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
-                launched: bool, position: int | None = None) -> RunStatus:
+                launched: bool) -> RunStatus:
     """The run's status from Slurm's view (``job``, None when slurmctld no longer knows
     it) and the runner's ``status.json`` (``result``). A job Slurm still holds (PENDING,
-    CONFIGURING, REQUEUED) is alive and ``queued``, with Slurm's reason and its
-    ``position`` among the pending jobs: the broker's runtime clock waits for it."""
+    CONFIGURING, REQUEUED) is alive and ``queued``, with Slurm's reason: the broker's
+    runtime clock waits for it."""
     if job is None and result is None and not launched:
         return RunStatus(alive=False, started=False)
     if job is not None and job.state in ALIVE:  # pending counts as alive: it holds its grant
         if job.queued:
-            return RunStatus(alive=True, queued=True, reason=pending_text(job, position))
+            return RunStatus(alive=True, queued=True, reason=pending_text(job))
         why = job.reason if job.reason not in ("None", "(null)") else ""
         return RunStatus(alive=True, reason=why, started_at=job.start)
     if job is not None and job.state == "COMPLETING" and result is None:

@@ -313,12 +313,15 @@ class JobManager(JobSettings):
             if not job.handle.get("engine_queued") or job.handle.get("engine_reason") != text:
                 self.store.note(job, text, handle=dict(job.handle, engine_queued=True,
                                                        engine_reason=text))
-                self.store.update(job, reason=text)  # what the job says while it waits
+                # what the job says while it waits; a first attempt has not started yet
+                first: dict[str, float | None] = {"started_at": None} if job.attempt == 1 else {}
+                self.store.update(job, reason=text, **first)
         elif job.handle.get("engine_queued"):
             text = f"running on {self.backend.name}: the engine admitted it"
             self.store.note(job, text,
                             handle=dict(job.handle, engine_queued=False, started_at=now))
-            self.store.update(job, reason=f"{text} (attempt {job.attempt})")
+            first = {"started_at": now} if job.attempt == 1 else {}  # its first run
+            self.store.update(job, reason=f"{text} (attempt {job.attempt})", **first)
 
     def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
         out = []
