@@ -184,6 +184,7 @@ async def open_loop(
     port: int, clients: int, seconds: float, rate: float, whole: float, release: bool
 ) -> dict[str, Any]:
     lat: list[float] = []
+    times: dict[str, tuple[float, float]] = {}  # user: (sent, answer read), unix time
     granted = [0]
     interval = clients / rate
     start = time.perf_counter() + 0.5
@@ -196,11 +197,11 @@ async def open_loop(
         n = 0
         while nxt < stop:
             await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
-            t0 = time.perf_counter()
-            status, ans = await conn.call(
-                "POST", "/requests", make_body(rng, c * 100000 + n, whole)
-            )
+            t0, sent = time.perf_counter(), time.time()
+            body = make_body(rng, c * 100000 + n, whole)
+            status, ans = await conn.call("POST", "/requests", body)
             lat.append(time.perf_counter() - t0)
+            times[body["user"]] = (sent, time.time())
             n += 1
             granted[0] += ans["status"] == "granted" and not release
             if release and ans["status"] == "granted":
@@ -217,7 +218,7 @@ async def open_loop(
 
     await asyncio.gather(own_lag(), *(client(c) for c in range(clients)))
     return {"achieved_per_s": len(lat) / seconds, "lat": lat, "granted": granted[0],
-            "late_p99": pct(late, 99)}
+            "late_p99": pct(late, 99), "times": times}
 
 
 def probe_switch(pid: int, lag_file: Path, on: bool) -> None:
@@ -322,8 +323,11 @@ def runqueue_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
-def open_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
-    """Where the time of an admission went during the open loop (the probe's records)."""
+def open_figures(
+    path: Path, window: tuple[float, float], times: dict[str, tuple[float, float]]
+) -> dict[str, float]:
+    """Where the time of an admission went during the open loop (the probe's records, and
+    ``times``: each request's send and answer as the clients saw them)."""
     since, until = window
 
     def inside(rows: list[list[Any]]) -> list[list[Any]]:
@@ -339,7 +343,24 @@ def open_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
     sub_cpu = [r[3] for r in steps if r[0] == "submit"]
     write_wait = [r[2] - r[3] for r in steps if r[0] == "write"]
     seconds = max(1e-9, until - since)
+    # the slowest 1 % as the clients saw them: before the broker read the request (in the
+    # socket, or the loop busy with others), inside it, and after it answered
+    split = []
+    for r in steps:
+        if r[0] == "req" and len(r) > 4 and r[4] in times:
+            sent, got = times[r[4]]
+            split.append((got - sent, r[3] - sent, r[2], got - r[3] - r[2]))
+    split.sort(reverse=True)
+    slowest = split[: max(1, len(split) // 100)]
+
+    def med(i: int) -> float:
+        return statistics.median(x[i] for x in slowest) * 1000 if split else float("nan")
+
     return {
+        "slow_total": med(0),
+        "slow_before": med(1),
+        "slow_inside": med(2),
+        "slow_after": med(3),
         "srv_p50": pct(req, 50),
         "srv_p99": pct(req, 99),
         "srv_max": max(req, default=float("nan")) * 1000,
@@ -484,7 +505,11 @@ def run_one(
         proc.wait(20)
         os.sched_setaffinity(0, set(cpus))
     rec.update(lag_figures(lag_file, rec.pop("reconcile_window")))
-    rec.update(open_figures(lag_file, open_window))
+    rec.update(open_figures(lag_file, open_window, lat["times"]))
+    leak_file = Path(f"{lag_file}.leak")
+    leak = json.loads(leak_file.read_text()) if leak_file.exists() else {}
+    rec["frozen_k"] = leak.get("frozen", float("nan")) / 1000
+    rec["leaked"] = float(leak.get("leaked", float("nan")))
     rec["open_runqueue"] = waited
     rec["client_late_p99"] = lat["late_p99"]
     rss0 = empty_rss(dict(env, GPUSHARE_LAG_FILE=str(tmp / "lag-empty.json")), cmd, tmp)
@@ -694,6 +719,9 @@ def main() -> None:
         return
     if args.nice:
         os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+        own = Path("/proc/self/autogroup")
+        if own.exists():  # this session's group (the clients): see run_one
+            own.write_text(str(args.nice))
     results: dict[str, dict[str, Any]] = {}
     seeded: dict[str, float] = {}
     bench_policy(args.nodes)  # sets $GPUSHARE_BENCH_NODES for the brokers (seeded or not)
@@ -764,6 +792,10 @@ def main() -> None:
         ("  broker CPU busy (share of its core)", "open_cpu", "{:.2f}"),
         ("  broker loop waiting for its core (share)", "open_runqueue", "{:.2f}"),
         ("  clients' own loop lateness, p99 (ms)", "client_late_p99", "{:.2f}"),
+        ("  slowest 1 %: client-seen time, median (ms)", "slow_total", "{:.1f}"),
+        ("    of it: before the broker read it", "slow_before", "{:.1f}"),
+        ("    of it: inside the broker", "slow_inside", "{:.1f}"),
+        ("    of it: after the broker answered", "slow_after", "{:.1f}"),
         ("  in the broker: request time p50 (ms)", "srv_p50", "{:.2f}"),
         ("  in the broker: request time p99 (ms)", "srv_p99", "{:.2f}"),
         ("  in the broker: request time max (ms)", "srv_max", "{:.1f}"),
@@ -795,6 +827,8 @@ def main() -> None:
         ("  longest loop hold before it, wall (ms)", "lag_idle_wall_ms", "{:.1f}"),
         ("  /health answer when idle, p50 (ms)", "probe_idle_p50_ms", "{:.2f}"),
         ("  /health answer when idle, max (ms)", "probe_idle_max_ms", "{:.1f}"),
+        ("frozen objects at exit (thousands)", "frozen_k", "{:.0f}"),
+        ("  garbage among them (objects; a leak)", "leaked", "{:.0f}"),
         ("load average (1 min) at the arm's end", "load1", "{:.2f}"),
     ]
     ratios = [f"{db} now/base" for db in seeded if args.baseline]

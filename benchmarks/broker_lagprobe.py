@@ -14,15 +14,17 @@ time at the end, generation, CPU s]``, while the probe is on) to the same name p
 a hold with a collection in it is the collector's, not the code's.
 
 While on, it also records, to the same name plus ``.req``, where an admission's time goes:
-``["req", end, server s]`` per ``POST /requests`` answered (tornado's request time: headers
-read to answer written), ``["submit", end, wall s, CPU s]`` per ``Broker.submit`` (decision,
-commit and apply) and ``["write", end, wall s, CPU s]`` per fast-path transaction (the
-commit: wall minus CPU is the wait for the database), and ``["slow", end, CPU s, what]``
-per callback of the loop that took over ``SLOW`` seconds of CPU (what: the handle's repr,
-for a task its coroutine and where it stood). With ``$GPUSHARE_LAG_GCWHY`` set, the first
-20 collections of over 1 ms also record what their generation held when they began
-(``["gcwhy", end, generation, CPU s, objects, most common types, biggest containers]``;
-listing it costs time before each collection, outside the CPU it records).
+``["req", end, server s, start, user]`` per ``POST /requests`` answered (tornado's request
+time: headers read to answer written; start: unix time the headers were read), ``["submit",
+end, wall s, CPU s]`` per ``Broker.submit`` (decision, commit and apply) and ``["write",
+end, wall s, CPU s]`` per fast-path transaction (the commit: wall minus CPU is the wait for
+the database), and ``["slow", end, CPU s, what]`` per callback of the loop that took over
+``SLOW`` seconds of CPU (what: the handle's repr, for a task its coroutine and where it
+stood). With ``$GPUSHARE_LAG_GCWHY`` set, the first 20 collections of over 1 ms also record
+what their generation held when they began (``["gcwhy", end, generation, CPU s, objects,
+most common types, biggest containers]``; listing it costs time before each collection,
+outside the CPU it records). On exit, the garbage that was frozen (``gc.unfreeze()`` then a
+full collection) goes to ``.leak``.
 """
 
 from __future__ import annotations
@@ -121,10 +123,31 @@ def main() -> None:
     def _log_request(self: broker_app.BrokerApp, handler: Any) -> None:
         if state["task"] is not None and handler.request.method == "POST" and \
                 type(handler).__name__ == "RequestsHandler":
-            steps.append(("req", time.time(), handler.request.request_time()))
+            request = handler.request
+            try:
+                user = str(json.loads(request.body).get("user", ""))
+            except ValueError:
+                user = ""
+            steps.append(("req", time.time(), request.request_time(), request._start_time, user))
         log_request(self, handler)
 
     broker_app.BrokerApp._log_request = _log_request  # type: ignore[method-assign]
+    leak: dict[str, int] = {}
+    try:
+        from jupyter_gpushare.broker import gcpace
+    except ImportError:  # a baseline from before the pacer
+        gcpace = None  # type: ignore[assignment]
+    if gcpace is not None:
+        pacer_stop = gcpace.CollectorPacer.stop
+
+        def stop(self: Any) -> None:  # count what the steps froze that is garbage now
+            leak["young"] = gc.collect()
+            leak["frozen"] = gc.get_freeze_count()
+            gc.unfreeze()
+            leak["leaked"] = gc.collect()
+            pacer_stop(self)
+
+        gcpace.CollectorPacer.stop = stop  # type: ignore[method-assign]
     run_handle = asyncio.events.Handle._run
 
     def _run(self: asyncio.events.Handle) -> None:  # which callback held the loop
@@ -157,6 +180,15 @@ def main() -> None:
             json.dump(collections, out)
         with open(os.environ["GPUSHARE_LAG_FILE"] + ".req", "w") as out:
             json.dump(steps, out)
+        # what freezing kept that was garbage: unfreeze and collect (the start-up's freeze
+        # included); the young garbage of the last moments is counted apart, before
+        if not leak:  # no pacer: what the start-up froze
+            leak["young"] = gc.collect()
+            leak["frozen"] = gc.get_freeze_count()
+            gc.unfreeze()
+            leak["leaked"] = gc.collect()
+        with open(os.environ["GPUSHARE_LAG_FILE"] + ".leak", "w") as out:
+            json.dump(leak, out)
 
 
 if __name__ == "__main__":
