@@ -137,8 +137,8 @@ async def test_the_executed_notebook_comes_back_from_the_users_volume(
     assert done["state"] == "succeeded", done
 
     # the broker has no copy (it does not mount the volume) ...
-    status, _ = await call(broker, "GET", f"/jobs/{job['id']}/output", "tok-alice")
-    assert status == 404
+    status, answer = await call(broker, "GET", f"/jobs/{job['id']}/output", "tok-alice")
+    assert status == 404 and "only into your own files" in answer["error"], answer
     # ... the user's server serves it from her files
     status, body, headers = await fetch(jp_fetch, *out)
     assert status == 200, body

@@ -167,6 +167,10 @@ class JobOutputHandler(_JobsBase):
             data = await asyncio.get_running_loop().run_in_executor(
                 None, manager.backend.fetch_output, handle
             )
+        if data is None and manager.backend.capabilities().output_in_user_files_only:
+            raise BrokerError(404, f"job {job_id} writes its notebook only into your own files, "
+                              f"at {job.output_path}: open it from your server (GET "
+                              f"/gpushare/api/jobs/{job_id}/output there)")
         if data is None:
             raise BrokerError(404, f"job {job_id} has no output notebook yet ({job.state.value})")
         self.set_header("Content-Type", "application/x-ipynb+json")
