@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from .fragmentation import FragTable, Shape, Workload
@@ -130,10 +131,13 @@ class PoolIndex:
         self.views: dict[str, _NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[_NodeView] = []
-        # used nodes with CPU or GPU left, as row tuples in buckets by their largest free
-        # GPU (``_BUCKETS`` milli wide): a GPU request skips whole buckets that are too small
-        self.buckets: list[dict[int, _Row]] = [{} for _ in range(UNIT // _BUCKET + 1)]
-        self.bucket_of: dict[int, int] = {}
+        # used nodes with CPU or GPU left, as row tuples by position, each in the bucket of
+        # its largest free GPU (``_BUCKET`` milli wide; -1: not filed): a GPU request skips
+        # every row of a bucket too small for it, and a scan reads rows in position order
+        # (a bucket's positions are the bits set in its ``bits``)
+        self.row_at: list[_Row | None] = [None] * len(nodes)
+        self.bucket_of: list[int] = [-1] * len(nodes)
+        self.bits: list[int] = [0] * (UNIT // _BUCKET + 1)
         # bucket 0 again, split: nodes with every GPU taken (by position, for CPU-only
         # requests: the first one with room wins) and those with slivers of GPU left
         self.full = RoomTree(len(nodes))
@@ -203,7 +207,7 @@ class PoolIndex:
         self._cache.clear()
         for view in self.by_pos:
             view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
-            if view.pos in self.bucket_of:
+            if self.bucket_of[view.pos] >= 0:
                 self._file(view)
 
     def refresh(self, view: _NodeView) -> None:
@@ -220,9 +224,11 @@ class PoolIndex:
             and ns.free_mem == ns.node.memory_mib
             and all(g.idle for g in ns.gpus)
         )
-        old = self.bucket_of.pop(view.pos, None)
-        if old is not None:
-            del self.buckets[old][view.pos]
+        old = self.bucket_of[view.pos]
+        if old >= 0:
+            self.bucket_of[view.pos] = -1
+            self.row_at[view.pos] = None
+            self.bits[old] &= ~(1 << view.pos)
             if old == 0:
                 self.full.clear(view.pos)
                 self.slivers.pop(view.pos, None)
@@ -240,19 +246,21 @@ class PoolIndex:
         top = units[-1] if units else 0
         b = min(top, UNIT) // _BUCKET
         ns = view.ns
-        row = self.buckets[b][view.pos] = (
+        row = self.row_at[view.pos] = (
             ns.free_cpu, ns.free_mem, units, view.model, view.sig, view.total,
             view.inv_cpu, view.inv_gpu, view.pos, view,
         )  # fmt: skip
-        self.bucket_of[view.pos] = b
+        if self.bucket_of[view.pos] != b:  # (re-filed in place by _reintern)
+            self.bits[b] |= 1 << view.pos
+            self.bucket_of[view.pos] = b
         if b == 0:
             if view.total:
                 self.slivers[view.pos] = row
             else:
                 self.full.set(view.pos, ns.free_cpu, ns.free_mem)
 
-    def _cpu_rows(self, cpu: int, mem: int) -> list[_Row] | None:
-        """The rows a CPU-only request is scored against, or ``None`` for every node.
+    def _cpu_rows(self, cpu: int, mem: int) -> Iterable[_Row]:
+        """The rows a CPU-only request is scored against first, in position order.
 
         It goes to the first used node whose GPUs are all taken that has room (it costs
         no fragmentation there, the least any node can cost), else it is scored against
@@ -261,16 +269,34 @@ class PoolIndex:
         """
         pos = self.full.first(cpu, mem)
         if pos is not None:
-            return [self.buckets[0][pos]]
+            row = self.row_at[pos]
+            assert row is not None  # (a full node with room is filed)
+            return [row]
         low = [row for row in self.slivers.values() if row[0] >= cpu and row[1] >= mem]
-        return low or None
+        low.sort(key=_position)
+        return low
 
-    def _rows_for(self, cpu: int, mem: int, milli: int) -> list[_Row]:
-        """The rows worth scoring for a request needing ``milli`` on its GPUs."""
-        rows = [self._row(v) for v in self._kind_heads()]
-        for bucket in self.buckets[min(milli, UNIT) // _BUCKET :]:
-            rows.extend(bucket.values())
-        return rows
+    def _rows_for(self, milli: int) -> Iterator[_Row]:
+        """The rows worth scoring for a request needing ``milli`` on its GPUs, in position
+        order: used nodes in a bucket big enough, and the heads of untouched kinds."""
+        heads = {v.pos: v for v in self._kind_heads()}
+        bits = 0
+        for pos in heads:
+            bits |= 1 << pos
+        for bucket in self.bits[min(milli, UNIT) // _BUCKET :]:
+            bits |= bucket
+        return self._in_order(bits, heads)
+
+    def _in_order(self, bits: int, heads: dict[int, _NodeView]) -> Iterator[_Row]:
+        """The rows at the positions set in ``bits``, in position order (``heads``: those
+        of untouched nodes, which are not filed)."""
+        flags = bin(bits)[:1:-1]  # flags[pos] == "1": a row to read
+        row_at = self.row_at
+        pos = flags.find("1")
+        while pos >= 0:
+            row = row_at[pos]
+            yield row if row is not None else self._row(heads[pos])
+            pos = flags.find("1", pos + 1)
 
     @staticmethod
     def _row(view: _NodeView) -> _Row:
@@ -362,10 +388,9 @@ class PoolIndex:
         cpu, milli, num, models = shape
         mem = request.memory_mib
         if milli == 0:
-            low = self._cpu_rows(cpu, mem)
-            if low is not None:
-                found = self._scan(low, shape, mem, None)
-                return self._candidate(found[0] if found else None)
+            found = self._scan(self._cpu_rows(cpu, mem), shape, mem, None, ordered=_ORDERED)
+            if found:  # (it finds one when any of those rows has room)
+                return self._candidate(found[0])
             # against every node: as for a GPU shape, from a short list when one is cached
         cached = self._cache.get(shape)
         stamp = self.clock
@@ -375,9 +400,8 @@ class PoolIndex:
             hit = self._from_cache(cached, shape, mem)
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
-        rows = self._rows_for(cpu, mem, milli)
         scored: list[_Scored] = []
-        found = self._scan(rows, shape, mem, scored)
+        found = self._scan(self._rows_for(milli), shape, mem, scored, ordered=_ORDERED)
         keep = self._short_len()
         if len(scored) > keep:
             short = heapq.nsmallest(keep + 1, scored)
@@ -417,12 +441,12 @@ class PoolIndex:
         heads = self._kind_heads()
         fresh = changed.union(h.pos for h in heads)
         low = min(shape[1], UNIT) // _BUCKET
-        bucket_of, buckets = self.bucket_of, self.buckets
+        bucket_of, row_at = self.bucket_of, self.row_at
         rows = [self._row(h) for h in heads]
         for pos in changed:
-            b = bucket_of.get(pos)
-            if b is not None and b >= low:
-                rows.append(buckets[b][pos])
+            row = row_at[pos]
+            if row is not None and bucket_of[pos] >= low:
+                rows.append(row)
         merged: list[_Scored] = [
             e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
         ]
@@ -443,11 +467,12 @@ class PoolIndex:
 
     def _scan(
         self,
-        rows: list[_Row],
+        rows: Iterable[_Row],
         shape: Shape,
         mem: int,
         scored: list[_Scored] | None,
         prune: bool = True,
+        ordered: bool = False,
     ) -> list[_Scored]:
         """Rank ``rows``; returns [the best one with room for ``mem``] or [].
 
@@ -458,6 +483,16 @@ class PoolIndex:
         :meth:`_floor`): when even that bound cannot beat what is already found (the best
         with room for ``mem`` and, with ``scored``, the last of the short list), the
         gradient is never computed. The bound is safe, so the answer is the same.
+
+        ``ordered``: the rows come in position order, and the scan stops at the first one
+        whose least possible rank cannot beat what is found. Whatever the target, placing
+        ``demand`` milli lowers a node's fragmentation by at most ``demand`` (it only
+        takes free capacity, so no shape becomes hostable and none gets more room: see
+        :func:`least_gradient`), and the starvation penalty is never negative, so a row's
+        rank is at least ``least_gradient(demand) // step * n + position``: the rows after
+        that one rank no better. Most scans stop within the first few hundred positions,
+        however big the pool (a gradient close to ``-demand`` is common: a fraction that
+        fills a sliver no shape of the target could use).
         """
         cpu, milli, num, models = shape
         levels = self.table.cpu_levels
@@ -484,7 +519,11 @@ class PoolIndex:
         top: list[float] = []
         prune = prune and _PRUNE
         cut = inf  # a row ranked at or above this is of no use
+        # the least rank at position 0 (ordered rows: the rank of none is below base + pos)
+        base = (least_gradient(demand) // step) * n if ordered else -inf
         for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
+            if base + pos >= cut:
+                break
             cpu_left = free_cpu - cpu
             if cpu_left < 0 or (free_mem < mem and not keep):
                 continue
@@ -573,6 +612,31 @@ _CACHE_SHAPES = 512
 
 _PRUNE = True
 """Skip rows whose lower bound cannot beat the rows found (:meth:`PoolIndex._floor`)."""
+
+_ORDERED = True
+"""Full scans read rows in position order and stop where no later row can rank better."""
+
+
+def _position(row: _Row) -> int:
+    return row[8]
+
+
+def least_gradient(demand: int) -> float:
+    """A lower bound on the fragmentation increase of placing ``demand`` milli on a node,
+    as :meth:`PoolIndex._gradient` computes it, under any target workload.
+
+    Placing only takes free GPU capacity and CPU, so every shape of the target hostable
+    afterwards was hostable before, with at most the room it had: the capacity usable by
+    the target does not grow, and fragmentation (free capacity less usable capacity) falls
+    by at most ``demand``. CPU-only requests (``demand`` 0) never lower it: both values
+    are sums, in one order, of terms that are each no larger after (rounding is monotone),
+    so the computed increase is exactly at least 0. Otherwise the free totals differ and a
+    rounding margin far above the floats' error keeps the bound below the computed value.
+    """
+    if demand <= 0:
+        return 0.0
+    return -demand - 1e-6 * (1.0 + demand)
+
 
 _SIG_LIMIT = 1 << 20
 """Interned node signatures per pool before they are all made again."""
