@@ -138,6 +138,10 @@ class PoolIndex:
         self.row_at: list[_Row | None] = [None] * len(nodes)
         self.bucket_of: list[int] = [-1] * len(nodes)
         self.bits: list[int] = [0] * (UNIT // _BUCKET + 1)
+        # the same rows by free CPU: cpu_bits[k] has the positions of those with at least
+        # _CPU_STEPS[k] free, cpu_rank[pos] how many steps a row's free CPU reaches
+        self.cpu_bits: list[int] = [0] * len(_CPU_STEPS)
+        self.cpu_rank: list[int] = [0] * len(nodes)
         # bucket 0 again, split: nodes with every GPU taken (by position, for CPU-only
         # requests: the first one with room wins) and those with slivers of GPU left
         self.full = RoomTree(len(nodes))
@@ -239,6 +243,15 @@ class PoolIndex:
                 view.in_heap = True
         elif (ns.free_cpu > 0 or view.total) and not ns.cordoned:
             self._file(view)
+        rank = bisect_right(_CPU_STEPS, ns.free_cpu) if self.bucket_of[view.pos] >= 0 else 0
+        old_rank = self.cpu_rank[view.pos]
+        if rank != old_rank:
+            bit, cpu_bits = 1 << view.pos, self.cpu_bits
+            for k in range(rank, old_rank):
+                cpu_bits[k] &= ~bit
+            for k in range(old_rank, rank):
+                cpu_bits[k] |= bit
+            self.cpu_rank[view.pos] = rank
 
     def _file(self, view: _NodeView) -> None:
         """Put a used node's row into the bucket of its largest free GPU."""
@@ -276,15 +289,19 @@ class PoolIndex:
         low.sort(key=_position)
         return low
 
-    def _rows_for(self, milli: int) -> Iterator[_Row]:
-        """The rows worth scoring for a request needing ``milli`` on its GPUs, in position
-        order: used nodes in a bucket big enough, and the heads of untouched kinds."""
-        heads = {v.pos: v for v in self._kind_heads()}
+    def _rows_for(self, milli: int, cpu: int) -> Iterator[_Row]:
+        """The rows worth scoring for a request needing ``milli`` on its GPUs and ``cpu``, in
+        position order: used nodes in a bucket big enough and with about enough free CPU
+        (at least the ``_CPU_STEPS`` step below ``cpu``), and the heads of untouched kinds."""
         bits = 0
-        for pos in heads:
-            bits |= 1 << pos
         for bucket in self.bits[min(milli, UNIT) // _BUCKET :]:
             bits |= bucket
+        step = bisect_right(_CPU_STEPS, cpu)
+        if step:
+            bits &= self.cpu_bits[step - 1]
+        heads = {v.pos: v for v in self._kind_heads()}
+        for pos in heads:
+            bits |= 1 << pos
         return self._in_order(bits, heads)
 
     def _in_order(self, bits: int, heads: dict[int, _NodeView]) -> Iterator[_Row]:
@@ -401,7 +418,7 @@ class PoolIndex:
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
         scored: list[_Scored] = []
-        found = self._scan(self._rows_for(milli), shape, mem, scored, ordered=_ORDERED)
+        found = self._scan(self._rows_for(milli, cpu), shape, mem, scored, ordered=_ORDERED)
         keep = self._short_len()
         if len(scored) > keep:
             short = heapq.nsmallest(keep + 1, scored)
@@ -520,7 +537,8 @@ class PoolIndex:
         prune = prune and _PRUNE
         cut = inf  # a row ranked at or above this is of no use
         # the least rank at position 0 (ordered rows: the rank of none is below base + pos)
-        base = (least_gradient(demand) // step) * n if ordered else -inf
+        least = least_gradient(demand)
+        base = (least // step) * n if ordered else -inf
         for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
             if base + pos >= cut:
                 break
@@ -532,11 +550,15 @@ class PoolIndex:
                     continue
                 if models and model not in models and "|" not in model:
                     continue  # (a node of mixed models is checked GPU by GPU later)
+            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
+            if cut < inf:  # the least rank a row can have, at no cost: its starvation alone
+                low = least + weight * starved if starved > 0.0 else least
+                if (low // step) * n + pos >= cut:
+                    continue
             after = bisect_right(levels, cpu_left)
             before = bisect_right(levels, free_cpu)
             key = sig * stride2 + before * stride + after
             hit = memo.get(key)
-            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
             if hit is None:
                 if cut < inf:
                     fkey = sig * stride + before
@@ -545,6 +567,8 @@ class PoolIndex:
                         floor = floors[fkey] = self._floor(view, before)
                     low = (total - demand) * floor[1] - floor[0]
                     low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
+                    if low < least:
+                        low = least
                     if starved > 0.0:
                         low += weight * starved
                     if (low // step) * n + pos >= cut:
@@ -615,6 +639,13 @@ _PRUNE = True
 
 _ORDERED = True
 """Full scans read rows in position order and stop where no later row can rank better."""
+
+
+_CPU_STEPS = (
+    1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000, 8000, 10000, 12000, 16000, 20000,
+    24000, 32000, 40000, 48000, 64000, 96000,
+)  # fmt: skip
+"""Free CPU (milli) by which rows are grouped, so a scan reads only those with about enough."""
 
 
 def _position(row: _Row) -> int:
