@@ -102,28 +102,35 @@ def test_retargeting_costs_nothing_per_node(grow: int) -> None:
     assert calls == []
 
 
+@pytest.mark.parametrize("switch", ["_PRUNE", "_ORDERED"])
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(node_st, min_size=2, max_size=12),
+    st.lists(node_st, min_size=2, max_size=16),
     st.lists(request_st, min_size=1, max_size=80),
     st.data(),
 )
 def test_rows_skipped_by_their_lower_bound_change_no_decision(
-    node_specs: list, reqs: list, data: st.DataObject
+    switch: str, node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
-    """Scans skip rows whose gradient's lower bound cannot beat what they have found; every
-    decision (short lists of 1 and of the default length, through releases) is the one a
-    scan that scores every row makes."""
+    """Scans skip rows whose gradient's lower bound cannot beat what they have found, and
+    full scans stop where no later position can; every decision (short lists of 1 and of
+    the default length, through releases) is the one made without that (``_PRUNE`` off:
+    a scan that scores every row; ``_ORDERED`` off: no stop on position)."""
     short = packindex._SHORT_LIST
-    packindex._SHORT_LIST = data.draw(st.sampled_from([1, short]))
+    packindex._SHORT_LIST = data.draw(st.sampled_from([1, 2, short]))
+    fresh = data.draw(st.booleans())  # no short lists: every decision a full scan
     pruned = make_state(node_specs, 0.0)
     full = make_state(node_specs, 0.0)
     try:
         for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
             request = make_request(i, kind, amount, cpu, ram, models)
-            packindex._PRUNE = True
+            if fresh:
+                for state in (pruned, full):
+                    for pidx in placement_mod._index(state).pools.values():
+                        pidx._cache.clear()
+            setattr(packindex, switch, True)
             got = place(pruned, request)
-            packindex._PRUNE = False
+            setattr(packindex, switch, False)
             want = place(full, request)
             assert got == want
             if got is not None:
@@ -134,5 +141,95 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
                 pruned.release(gid)
                 full.release(gid)
     finally:
-        packindex._PRUNE = True
+        setattr(packindex, switch, True)
         packindex._SHORT_LIST = short
+
+
+def _drive(state, reqs: list, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
+    """Place ``reqs`` (learning the workload), releasing and cordoning now and then."""
+    for i, (kind, amount, cpu, ram, models) in enumerate(reqs):
+        request = make_request(i, kind, amount, cpu, ram, models)
+        got = place(state, request)
+        if got is not None:
+            state.apply(grant_for(i, request, got))
+        if state.grants and data.draw(st.integers(0, 3)) == 0:
+            state.release(data.draw(st.sampled_from(sorted(state.grants))))
+        if data.draw(st.integers(0, 14)) == 0:
+            name = data.draw(st.sampled_from(sorted(state.nodes)))
+            state.cordon(name, not state.nodes[name].cordoned)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(node_st, min_size=1, max_size=10),
+    st.lists(request_st, min_size=1, max_size=60),
+    st.lists(
+        st.tuples(st.sampled_from([0, 50, 125, 333, 500, 1000]), st.integers(1, 4)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_no_gradient_is_below_the_least_one(
+    node_specs: list, reqs: list, shapes: list, data: st.DataObject
+) -> None:
+    """Whatever the learned target, placing ``demand`` milli on a node lowers its
+    fragmentation by at most ``demand``, and a CPU-only request never lowers it (exactly,
+    as computed): the bound on which ordered scans stop."""
+    state = make_state(node_specs, data.draw(st.sampled_from([0.0, 0.2])))
+    _drive(state, reqs, data)
+    pidx = placement_mod._index(state).pools["shared"]
+    levels = pidx.table.cpu_levels
+    for view in pidx.by_pos:
+        units = view.sorted_units
+        before = pidx.table.level(view.ns.free_cpu)
+        for milli, num in shapes:
+            num = 0 if milli == 0 else (num if milli == 1000 else 1)
+            if num and (len(units) < num or units[-num] < milli):
+                continue
+            for after in range(before + 1):  # any CPU the request may take
+                if after and levels[after - 1] > view.ns.free_cpu:
+                    continue
+                delta = pidx._gradient(view, after, milli, num)[0]
+                least = packindex.least_gradient(milli * num)
+                assert delta >= least, (units, milli, num, before, after)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(node_st, min_size=1, max_size=12),
+    st.lists(request_st, min_size=1, max_size=60),
+    st.data(),
+)
+def test_scanned_rows_are_the_nodes_with_room_in_position_order(
+    node_specs: list, reqs: list, data: st.DataObject
+) -> None:
+    """The rows a full scan reads (``_rows_for``, from bit sets by bucket and by free CPU)
+    are, in position order, at least every used, uncordoned node with a GPU big enough and
+    the CPU asked for, and the head of each kind of untouched node; and the bit sets are
+    those of the nodes as they stand."""
+    state = make_state(node_specs, 0.0)
+    _drive(state, reqs, data)
+    pidx = placement_mod._index(state).pools["shared"]
+    for view in pidx.by_pos:
+        b = pidx.bucket_of[view.pos]
+        row = pidx.row_at[view.pos]
+        assert (row is None) == (b < 0)
+        if row is not None:
+            assert row == pidx._row(view)
+        for k, bits in enumerate(pidx.bits):
+            assert bool(bits >> view.pos & 1) == (b == k)
+        for k, bits in enumerate(pidx.cpu_bits):
+            want = b >= 0 and view.ns.free_cpu >= packindex._CPU_STEPS[k]
+            assert bool(bits >> view.pos & 1) == want
+    heads = {v.pos for v in pidx._kind_heads()}
+    for milli in (0, 50, 100, 250, 999, 1000):
+        for cpu in (0, 999, 1000, 4000, 16000, 100000):
+            got = [row[8] for row in pidx._rows_for(milli, cpu)]
+            assert got == sorted(set(got))
+            low = min(milli, 1000) // packindex._BUCKET
+            need = {
+                v.pos for v in pidx.by_pos
+                if pidx.bucket_of[v.pos] >= low and v.ns.free_cpu >= cpu
+            } | heads  # fmt: skip
+            assert need <= set(got)
