@@ -148,7 +148,7 @@ class BrokerApp(Application):
         "~15 ms per 1,000 live grants.",
     )
     gc_pace_interval_s = Float(
-        1.0,
+        0.25,
         config=True,
         help="Seconds between two steps of the garbage collector's pacer (broker/gcpace.py): "
         "one full collection of what is not frozen (what was allocated since the last step, "
