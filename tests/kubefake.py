@@ -15,6 +15,15 @@ documented semantics of what the backend relies on:
 * Kueue preempting a workload (:meth:`evict`) sets ``Evicted``/``Preempted`` on the
   Workload, suspends the Job again and deletes its pods;
 * deleting a Job deletes its pods, its Workload and the ConfigMaps it owns (GC);
+* an admitted pod may wait before it runs, as the scheduler and the kubelet report it
+  (re-evaluated at each pod listing, until the cause is gone): no node fits
+  (:attr:`unschedulable`: ``PodScheduled=False``, ``Unschedulable``), its claim attached to
+  another node (:attr:`attached_elsewhere`: ``ContainerCreating`` and a Warning event
+  ``FailedAttachVolume`` "Multi-Attach error ..."), its image not pullable
+  (:attr:`unpullable`: ``ErrImagePull`` with the registry's message and a Warning event
+  ``Failed`` saying it, then ``ImagePullBackOff``, alternating with each pull), a
+  configuration the container cannot be created from (:attr:`config_errors`:
+  ``CreateContainerConfigError``);
 * :meth:`FakeKube.run` is a kubelet that runs the admitted pod's container for real, as a
   local process: its ConfigMap's files laid out as a configMap volume, the user's
   PersistentVolumeClaim as a local folder that must be mounted where the pod mounts it.
@@ -62,7 +71,13 @@ class FakeKube(KubeClient):
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.workloads: dict[tuple[str, str], dict[str, Any]] = {}
         self.logs: dict[str, str] = {}
+        self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[Any, ...]] = []
+        self.unschedulable = ""  # why no node can take a pod ('': the scheduler places it)
+        self.attached_elsewhere: dict[str, str] = {}  # claimName -> the pod that holds it
+        self.unpullable: dict[str, str] = {}  # image -> the registry's error message
+        self.config_errors: dict[str, str] = {}  # Job name -> the kubelet's message
+        self._ticks = itertools.count(1)
         self._uids = itertools.count(1)
         self.lock = threading.RLock()
 
@@ -133,8 +148,23 @@ class FakeKube(KubeClient):
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         with self.lock:
+            for (ns, _), pod in self.pods.items():
+                if ns == namespace and pod["status"]["phase"] == "Pending":
+                    self._kubelet(namespace, pod)
             return [copy.deepcopy(p) for (ns, _), p in self.pods.items()
                     if ns == namespace and _matches(p, selector)]
+
+    def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        with self.lock:
+            self.calls.append(("list_events", namespace, field_selector))
+            want = dict(t.partition("=")[::2] for t in field_selector.split(",") if t)
+            out = []
+            for event in self.events:
+                obj = event["involvedObject"]
+                if event["metadata"]["namespace"] == namespace and all(
+                        obj.get(k.removeprefix("involvedObject.")) == v for k, v in want.items()):
+                    out.append(copy.deepcopy(event))
+            return out
 
     def delete_pod(self, namespace: str, name: str, grace_s: int) -> None:
         """SIGTERM, the grace period, the pod is gone; the Job counts a failure."""
@@ -181,14 +211,69 @@ class FakeKube(KubeClient):
             pod_name = f"{name}-{len(self.pods) + 1:05d}"
             template = job["spec"]["template"]
             labels = {**template["metadata"]["labels"], "job-name": name}
-            self.pods[namespace, pod_name] = {
+            pod = self.pods[namespace, pod_name] = {
                 "metadata": {"name": pod_name, "labels": labels, "creationTimestamp": NOW},
                 "spec": copy.deepcopy(template["spec"]),
-                "status": {"phase": "Running", "containerStatuses": [
-                    {"name": "notebook", "state": {"running": {"startedAt": NOW}}}]},
+                "status": {"phase": "Pending", "conditions": [], "containerStatuses": [
+                    {"name": "notebook", "image": template["spec"]["containers"][0]["image"],
+                     "ready": False, "started": False,
+                     "state": {"waiting": {"reason": "ContainerCreating"}}}]},
             }
+            self._kubelet(namespace, pod)
             self.logs[pod_name] = log
             return pod_name
+
+    def _event(self, namespace: str, pod: dict[str, Any], kind: str, reason: str,
+               message: str) -> None:
+        tick = next(self._ticks)  # each event newer than the last
+        stamp = f"2026-12-01T10:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
+        self.events.append({
+            "metadata": {"name": f"{pod['metadata']['name']}.{len(self.events)}",
+                         "namespace": namespace},
+            "involvedObject": {"kind": "Pod", "name": pod["metadata"]["name"],
+                               "namespace": namespace},
+            "type": kind, "reason": reason, "message": message, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp})
+
+    def _kubelet(self, namespace: str, pod: dict[str, Any]) -> None:
+        """One step of the scheduler and the kubelet for a Pending pod."""
+        status = pod["status"]
+        cs = status["containerStatuses"][0]
+        if self.unschedulable:
+            status["conditions"] = [_cond("PodScheduled", "False", "Unschedulable",
+                                          self.unschedulable)]
+            return
+        status["conditions"] = [_cond("PodScheduled")]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v]
+        held = next((c for c in claims if c in self.attached_elsewhere), None)
+        if held is not None:
+            cs["state"] = {"waiting": {"reason": "ContainerCreating"}}
+            self._event(namespace, pod, "Warning", "FailedAttachVolume",
+                        f'Multi-Attach error for volume "pvc-{held}" Volume is already used '
+                        f"by pod(s) {self.attached_elsewhere[held]}")
+            return
+        image = cs["image"]
+        if image in self.unpullable:
+            was = (cs["state"].get("waiting") or {}).get("reason")
+            if was == "ErrImagePull":  # the kubelet backs off, then pulls again
+                cs["state"] = {"waiting": {"reason": "ImagePullBackOff",
+                                           "message": f'Back-off pulling image "{image}"'}}
+            else:
+                cs["state"] = {"waiting": {"reason": "ErrImagePull",
+                                           "message": self.unpullable[image]}}
+                self._event(namespace, pod, "Normal", "Pulling", f'Pulling image "{image}"')
+                self._event(namespace, pod, "Warning", "Failed", f'Failed to pull image '
+                            f'"{image}": {self.unpullable[image]}')
+            return
+        name = pod["metadata"]["labels"]["job-name"]
+        if name in self.config_errors:
+            cs["state"] = {"waiting": {"reason": "CreateContainerConfigError",
+                                       "message": self.config_errors[name]}}
+            return
+        status["phase"] = "Running"
+        status["conditions"] = [_cond("PodScheduled"), _cond("Ready")]
+        cs.update(ready=True, started=True, state={"running": {"startedAt": NOW}})
 
     def finish(self, name: str, exit_code: int, message: dict[str, Any] | None = None,
                reason: str = "", namespace: str = "jupyterhub") -> None:

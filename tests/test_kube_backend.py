@@ -405,6 +405,7 @@ def test_the_rbac_file_grants_what_the_client_calls_and_is_valid() -> None:
         ("batch", "jobs", "create"), ("batch", "jobs", "get"), ("batch", "jobs", "list"),
         ("batch", "jobs", "delete"), ("", "configmaps", "create"), ("", "configmaps", "delete"),
         ("", "pods", "list"), ("", "pods", "delete"), ("", "pods/log", "get"),
+        ("", "events", "list"),
         ("kueue.x-k8s.io", "workloads", "list"),
     }
     assert needed <= granted, needed - granted

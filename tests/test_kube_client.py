@@ -93,6 +93,11 @@ async def test_requests_of_every_call(server: tuple[str, list, dict]) -> None:
             "status": {"phase": "Running"}}]})
     answers[("DELETE", f"/api/v1/namespaces/{NS}/pods/p-1")] = (200, {"kind": "Pod"})
     answers[("GET", f"/api/v1/namespaces/{NS}/pods/p-1/log")] = (200, "line 1\nline 2\n")
+    answers[("GET", f"/api/v1/namespaces/{NS}/events")] = (200, {
+        "kind": "EventList", "apiVersion": "v1", "items": [{
+            "metadata": {"name": "p-1.1"}, "type": "Warning", "reason": "FailedAttachVolume",
+            "message": "Multi-Attach error for volume \"pvc-1\"",
+            "involvedObject": {"kind": "Pod", "name": "p-1"}}]})
     client = client_for(url)
     loop = asyncio.get_running_loop()
 
@@ -106,6 +111,7 @@ async def test_requests_of_every_call(server: tuple[str, list, dict]) -> None:
         out["jobs"] = client.list_jobs(NS, "gpushare.jupyter.org/job-id=job-1")
         client.delete_pod(NS, "p-1", 120)
         out["log"] = client.read_pod_log(NS, "p-1", "notebook")
+        out["events"] = client.list_events(NS, "involvedObject.kind=Pod,involvedObject.name=p-1")
         client.delete_job(NS, name, propagation="Foreground", grace_s=0)
         client.delete_job(NS, "gone")  # 404: no error
         out["workloads"] = client.list_workloads(NS, "kueue.x-k8s.io/job-uid=u-1")
@@ -121,6 +127,7 @@ async def test_requests_of_every_call(server: tuple[str, list, dict]) -> None:
     assert out["pods"][0]["metadata"]["name"] == "p-1"
     assert out["jobs"][0]["metadata"]["name"] == name
     assert out["log"] == "line 1\nline 2\n"
+    assert out["events"][0]["reason"] == "FailedAttachVolume"
     assert out["workloads"] == []  # Kueue's API absent (404): no workloads, no error
     by = {(r["method"], r["path"]): r for r in log}
     sent = by["POST", jobs]["body"]
@@ -135,6 +142,8 @@ async def test_requests_of_every_call(server: tuple[str, list, dict]) -> None:
         "propagationPolicy": "Foreground", "gracePeriodSeconds": 0}
     assert by["GET", f"/api/v1/namespaces/{NS}/pods/p-1/log"]["query"] == {
         "container": "notebook"}
+    assert by["GET", f"/api/v1/namespaces/{NS}/events"]["query"] == {
+        "fieldSelector": "involvedObject.kind=Pod,involvedObject.name=p-1"}
     wl = by["GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads"]
     assert wl["query"] == {"labelSelector": "kueue.x-k8s.io/job-uid=u-1"}
 

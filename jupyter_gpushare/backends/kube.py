@@ -10,6 +10,10 @@ How the states map (:meth:`KubeJobsBackend.poll`):
 
 * Job suspended, its Workload not admitted: alive, ``queued`` (the Workload's reason);
 * Job running (Kueue admitted it, pods active): alive;
+* Kueue admitted it, but its pod has not started (no node takes it, a volume attached
+  elsewhere, an image that cannot be pulled: :mod:`.kube_waiting`): alive, ``queued``, the
+  reason in plain words; an image not pulled for ``image_pull_timeout_s`` or a container
+  configuration error ends the attempt as failed (its Job deleted);
 * Job ``Complete``: finished, exit code 0 (the runner's termination message gives the rest);
 * Job ``Failed``: finished with the pod's exit code and the runner's error; reason
   ``DeadlineExceeded`` (``activeDeadlineSeconds`` = the maximum runtime) or
@@ -41,7 +45,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
 
 from ..spawner import enforcement
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
-from .kube_client import AlreadyExists, AsyncKubeClient, KubeClient, NotFound
+from .kube_client import AlreadyExists, AsyncKubeClient, KubeClient, KubeError, NotFound
 from .kube_objects import (
     ATTEMPT_LABEL,
     CONFIGMAP_LIMIT_BYTES,
@@ -56,36 +60,8 @@ from .kube_objects import (
     object_name,
     pod_paths,
 )
-
-DISRUPTIONS = {"PreemptionByScheduler", "PreemptionByKubeScheduler", "EvictionByEvictionAPI",
-               "TerminationByKubelet", "DeletionByTaintManager"}
-"""Reasons of a pod's ``DisruptionTarget`` condition that mean 'preempted, not failed'."""
-
-
-def _condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return dict(cond)
-    return None
-
-
-def _terminated(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == CONTAINER:
-            state = (cs.get("state") or {}).get("terminated")
-            return dict(state) if state else None
-    return None
-
-
-def _disrupted(pod: Mapping[str, Any]) -> str | None:
-    status = pod.get("status") or {}
-    if status.get("reason") in ("Evicted", "Preempting"):
-        return str(status.get("message") or status["reason"])
-    cond = _condition(pod, "DisruptionTarget")
-    if cond and cond.get("reason") in DISRUPTIONS:
-        return str(cond.get("message") or cond["reason"])
-    return None
-
+from .kube_status import condition, disrupted, terminated_state, timestamp
+from .kube_waiting import WaitTracker, needs_events, pod_wait, terminal
 
 
 class KubeJobsBackend(ConfigurableJobBackend):
@@ -165,6 +141,11 @@ class KubeJobsBackend(ConfigurableJobBackend):
         help="Log bytes kept per attempt once its pod ended (its log stays readable after "
         "the pod is removed, while the broker runs).")
     log_cache_attempts = Integer(256, config=True, help="Attempts whose ended log is kept.")
+    image_pull_timeout_s = Float(
+        600.0, config=True,
+        help="An admitted job pod whose image cannot be pulled (ErrImagePull, "
+        "ImagePullBackOff) for this long fails its attempt with the reason; its Job is "
+        "deleted and the grant released. Until then the job waits, saying why.")
 
     def __init__(self, client: KubeClient | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -174,6 +155,7 @@ class KubeJobsBackend(ConfigurableJobBackend):
         self._logs: OrderedDict[tuple[str, int], bytes] = OrderedDict()
         self._polled: dict[tuple[str, int], tuple[float, RunStatus]] = {}
         self._log_reads: OrderedDict[str, tuple[float, list[tuple[int, bytes]]]] = OrderedDict()
+        self._waits = WaitTracker()
         self._lock = threading.Lock()
 
     @classmethod
@@ -321,6 +303,7 @@ class KubeJobsBackend(ConfigurableJobBackend):
                 self._polled[key] = (now, status)
             else:
                 self._polled.pop(key, None)
+                self._waits.clear(key)
         return status
 
     def _fresh(self, handle: RunHandle) -> None:
@@ -328,6 +311,7 @@ class KubeJobsBackend(ConfigurableJobBackend):
         with self._lock:
             self._polled.pop((handle.job_id, handle.attempt), None)
             self._log_reads.pop(handle.job_id, None)
+            self._waits.clear((handle.job_id, handle.attempt))
 
     def _poll_now(self, handle: RunHandle) -> RunStatus:
         ns, name = self._ns_name(handle)
@@ -338,16 +322,16 @@ class KubeJobsBackend(ConfigurableJobBackend):
         if handle.ref.get("uid") and uid and uid != handle.ref["uid"]:
             return RunStatus(alive=False, reason="its Job was replaced by another of that name")
         status = job.get("status") or {}
-        started_at = _timestamp(status.get("startTime"))
-        complete = _condition(job, "Complete")
-        failed = _condition(job, "Failed")
+        started_at = timestamp(status.get("startTime"))
+        complete = condition(job, "Complete")
+        failed = condition(job, "Failed")
         if complete or failed:
             return self._ended(handle, ns, complete, failed, started_at, status)
         evicted = self._evicted(ns, uid)
         pods = None
         if evicted is None:
             pods = self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt))
-            evicted = next((r for r in map(_disrupted, pods) if r), None)
+            evicted = next((r for r in map(disrupted, pods) if r), None)
         if evicted is not None:
             # Kueue (or the cluster) took the GPUs back: the broker requeues the job; the
             # Job goes, so Kueue does not start it again outside the broker's grant
@@ -358,7 +342,40 @@ class KubeJobsBackend(ConfigurableJobBackend):
                              reason=f"preempted on the cluster: {evicted}")
         if (job.get("spec") or {}).get("suspend"):
             return RunStatus(alive=True, queued=True, reason=self._pending_reason(ns, uid))
-        return RunStatus(alive=True, started_at=started_at)
+        return self._started(handle, ns, name, pods or [], started_at)
+
+    def _started(self, handle: RunHandle, ns: str, name: str, pods: list[dict[str, Any]],
+                 started_at: float | None) -> RunStatus:
+        """A Job Kueue let run: alive, or ``queued`` while its pod waits (saying why), or
+        failed where waiting cannot help (:func:`.kube_waiting.terminal`)."""
+        key = (handle.job_id, handle.attempt)
+        pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        if not pods:
+            return RunStatus(alive=True, queued=True,
+                             reason="waiting: the Job's pod is being created")
+        pod = pods[-1]
+        events = None
+        if needs_events(pod, CONTAINER):
+            selector = f"involvedObject.kind=Pod,involvedObject.name={pod['metadata']['name']}"
+            try:
+                events = self.api.list_events(ns, selector)
+            except KubeError as exc:  # e.g. no RBAC for events: the pod's state still says
+                self.log.debug("no events of %s: %s", pod["metadata"]["name"], exc)
+        wait = pod_wait(pod, CONTAINER, events)
+        if wait is None:
+            with self._lock:
+                self._waits.clear(key)
+            return RunStatus(alive=True, started_at=started_at)
+        with self._lock:
+            wait, waited = self._waits.see(key, wait, time.monotonic())
+        failed = terminal(wait, waited, self.image_pull_timeout_s)
+        if failed is None:
+            return RunStatus(alive=True, queued=True, reason=wait.text)
+        self.log.warning("gpushare job %s attempt %s: %s", handle.job_id, handle.attempt, failed)
+        self.api.delete_job(ns, name, propagation="Background", grace_s=0)
+        self.api.delete_configmap(ns, name)
+        return RunStatus(alive=False, finished=True, exit_code=None, started_at=started_at,
+                         error={"summary": failed}, reason=wait.code)
 
     def _workloads(self, ns: str, uid: str) -> list[dict[str, Any]]:
         if not uid:
@@ -368,7 +385,7 @@ class KubeJobsBackend(ConfigurableJobBackend):
     def _evicted(self, ns: str, uid: str) -> str | None:
         for wl in self._workloads(ns, uid):
             for kind in ("Preempted", "Evicted"):
-                cond = _condition(wl, kind)
+                cond = condition(wl, kind)
                 if cond is not None:
                     return f"{cond.get('reason') or kind}: {cond.get('message') or ''}".strip()
         return None
@@ -386,14 +403,14 @@ class KubeJobsBackend(ConfigurableJobBackend):
                status: Mapping[str, Any]) -> RunStatus:
         pods = self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt))
         pods.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        term = next((t for t in map(_terminated, reversed(pods)) if t), None)
+        term = next((t for t in map(terminated_state, reversed(pods)) if t), None)
         message: dict[str, Any] = {}
         if term and term.get("message"):
             try:
                 message = dict(json.loads(term["message"]))
             except (ValueError, TypeError):
                 message = {}
-        ended_at = _timestamp(status.get("completionTime")) or _timestamp(
+        ended_at = timestamp(status.get("completionTime")) or timestamp(
             (term or {}).get("finishedAt"))
         output = message.get("output_path") or handle.ref.get("output_path")
         common = dict(alive=False, finished=True, started_at=started_at, ended_at=ended_at,
@@ -404,10 +421,10 @@ class KubeJobsBackend(ConfigurableJobBackend):
         reason = str(failed.get("reason") or "")
         code = term.get("exitCode") if term else message.get("exit_code")
         error = message.get("error")
-        disrupted = next((r for r in map(_disrupted, pods) if r), None)
-        if disrupted:
-            return RunStatus(exit_code=None, preempted=True, reason=disrupted,
-                             error={"summary": f"preempted on the cluster: {disrupted}"},
+        taken = next((r for r in map(disrupted, pods) if r), None)
+        if taken:
+            return RunStatus(exit_code=None, preempted=True, reason=taken,
+                             error={"summary": f"preempted on the cluster: {taken}"},
                              **{**common, "terminated": True})  # type: ignore[arg-type]
         if reason == "DeadlineExceeded":
             summary = ("stopped: over its maximum runtime (activeDeadlineSeconds "
@@ -547,20 +564,9 @@ class KubeJobsBackend(ConfigurableJobBackend):
                 del self._logs[key]
             for key in [k for k in self._polled if k[0] == job_id]:
                 del self._polled[key]
+            self._waits.forget(job_id)
             self._log_reads.pop(job_id, None)
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
-
-
-def _timestamp(text: Any) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (``2026-12-01T10:00:00Z``)."""
-    if not text:
-        return None
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

@@ -2,8 +2,8 @@
 
 :class:`KubeClient` is what :class:`~jupyter_gpushare.backends.kube.KubeJobsBackend` calls
 (synchronously, from the broker's worker threads): create, get and delete Jobs and
-ConfigMaps, list and delete pods, read a pod's log, list Kueue Workloads. Objects go in and
-come out as plain dicts in the API's own JSON form (camelCase).
+ConfigMaps, list and delete pods, read a pod's log and its events, list Kueue Workloads.
+Objects go in and come out as plain dicts in the API's own JSON form (camelCase).
 
 :class:`AsyncKubeClient` is the real one, on ``kubernetes_asyncio`` (installed with
 KubeSpawner): it runs its own event loop in a thread of its own, and each call is a
@@ -80,6 +80,11 @@ class KubeClient(abc.ABC):
     @abc.abstractmethod
     def list_workloads(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         """Kueue Workloads (``kueue.x-k8s.io``); empty where Kueue is not installed."""
+
+    def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        """Core ``v1`` Events (e.g. ``involvedObject.name=<pod>``): why a pod waits in
+        ``ContainerCreating`` is only said there (a client without them says nothing)."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
@@ -206,6 +211,11 @@ class AsyncKubeClient(KubeClient):
                 KUEUE_VERSION, namespace, "workloads", label_selector=selector))
         except NotFound:  # Kueue (or this API version) is not installed
             return []
+        return list(out.get("items") or [])
+
+    def list_events(self, namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        out = self._run(self._call("CoreV1Api", "list_namespaced_event", namespace,
+                                   field_selector=field_selector))
         return list(out.get("items") or [])
 
     def close(self) -> None:
