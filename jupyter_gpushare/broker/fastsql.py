@@ -15,10 +15,12 @@ transaction**, committed before it returns:
   keeps. A passive checkpoint never lets SQLite start the WAL over while commits come back
   to back (a new commit always lands behind it), so once the WAL passes
   ``wal_restart_bytes`` the thread follows it with ``wal_checkpoint(RESTART)``: the few
-  frames committed since the passive one are copied and the next commit writes from the
-  WAL's start (the file is reused, no longer grown). Writers wait for that short step only;
-  its busy timeout is short (:data:`RESTART_BUSY_MS`), so a long reader makes it give up
-  and try again later rather than hold the writers.
+  frames committed since the passive ones are copied and the next commit writes from the
+  WAL's start (the file is reused, no longer grown). Writers wait for that short step only
+  (two more passive passes first leave it almost nothing to copy: a restart right after one
+  passive pass held commits for up to 80 ms); its busy timeout is short
+  (:data:`RESTART_BUSY_MS`), so a long reader makes it give up and try again later rather
+  than hold the writers.
 * PostgreSQL (``psycopg2``): statements are prepared once per connection (``PREPARE``), and
   the ``EXECUTE``s of one change travel as **one** simple query
   (``stmt; stmt; …``) on an autocommit connection, which PostgreSQL runs as a single implicit
@@ -44,8 +46,11 @@ from sqlalchemy import Engine
 
 log = logging.getLogger("gpushare.broker.db")
 
-RESTART_BUSY_MS = 20
+RESTART_BUSY_MS = 5
 """How long the checkpointer's ``RESTART`` step waits for the writer and for readers."""
+
+CATCH_UP_PASSES = 2
+"""Passive checkpoints run back to back before a ``RESTART`` (see :meth:`checkpoint`)."""
 
 REQUEST_COLUMNS = (
     "id",
@@ -149,7 +154,7 @@ class FastWriter:
         engine: Engine,
         *,
         checkpoint_interval_s: float = 1.0,
-        wal_restart_bytes: int = 64 << 20,
+        wal_restart_bytes: int = 256 << 20,
     ) -> None:
         if not supported(engine):
             raise ValueError(f"no fast path for {engine.dialect.name}+{engine.dialect.driver}")
@@ -282,6 +287,11 @@ class FastWriter:
         _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if not self.wal_restart_bytes or frames * frame_bytes <= self.wal_restart_bytes:
             return
+        # the restart makes writers wait while it copies what the passive pass left (what
+        # was committed during it): catch up with passive passes first, each copying what
+        # came during the one before, so that the restart copies almost nothing
+        for _ in range(CATCH_UP_PASSES):
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         timeout_ms = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
         conn.execute(f"PRAGMA busy_timeout={RESTART_BUSY_MS}")
         try:
