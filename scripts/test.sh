@@ -18,4 +18,11 @@ fi
 export PATH="$PWD/.venv/bin:$PWD/hub_config/proxy/node_modules/.bin:$PATH"
 .venv/bin/ruff check jupyter_gpushare tests benchmarks
 .venv/bin/mypy
+if [ "$#" -eq 0 ]; then
+  # The whole suite: most tests wait on real processes (hubs, servers, Chromium, Slurm), so
+  # several files run at once. A file's tests stay together on one worker (--dist loadfile):
+  # module-scoped fixtures such as a Slurm cluster start once, as in a serial run.
+  # GPUSHARE_TEST_WORKERS=0 runs everything in this one process.
+  set -- -n "${GPUSHARE_TEST_WORKERS:-3}" --dist loadfile
+fi
 exec .venv/bin/python -m pytest -p no:cacheprovider -q "$@"

@@ -101,7 +101,9 @@ async def test_kill_9_with_jobs_running_and_queued(tmp_path: Path) -> None:
             assert status == 201, job
             return str(job["id"])
 
-        keeps = await submit("tok-alice", nbs.counting(30, 0.4), checkpoint=True)
+        # long enough to outlive the broker's restart on a loaded machine (it must be
+        # reattached, not found finished)
+        keeps = await submit("tok-alice", nbs.counting(60, 0.4), checkpoint=True)
         ends = await submit("tok-bob", nbs.sleeping(4))
         dies = await submit("tok-alice", nbs.counting(12, 0.4), checkpoint=True,
                             profile="debug-quarter")

@@ -84,8 +84,10 @@ def test_a_killed_node_goes_down_and_comes_back(
     assert cluster.node_states()["node3"] == "idle"
 
 
-def test_teardown_leaves_no_daemon_namespace_or_link(tmp_path: Path) -> None:
-    cluster = SlurmCluster(tmp_path, nodes=["a1", "a2"], gpus_per_node=1, shards_per_gpu=4,
+def test_teardown_leaves_no_daemon_namespace_or_link() -> None:
+    # in the default short folder: a pytest-xdist tmp_path makes munged's socket path longer
+    # than a Unix socket may be (108 bytes)
+    cluster = SlurmCluster(nodes=["a1", "a2"], gpus_per_node=1, shards_per_gpu=4,
                            extra_conf=["SlurmctldDebug=verbose", "# an added line"])
     cluster.start()
     conf = Path(cluster.conf_path).read_text()
