@@ -161,6 +161,7 @@ class PoolIndex:
         self._sigs: dict[tuple, int] = {}
         # (fragmentation, share not hostable) per signature * stride + CPU level: _floor
         self._floors: dict[int, tuple[float, float]] = {}
+        self._dropped: list[dict] = []  # memos of old targets, freed bit by bit
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
             kind = (
@@ -183,14 +184,34 @@ class PoolIndex:
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
-        self.table = FragTable(self.workload.shapes)
+        old, self.table = self.table, FragTable(self.workload.shapes)
         scale = _starvation_scale(self.workload, self.cpu_per_gpu)
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
-        self._memo.clear()
-        self._by_shape.clear()
-        self._floors.clear()
-        self._cache.clear()
+        # the old table's memos too (every dict it holds)
+        self._drop_memos(*(v for v in vars(old).values() if isinstance(v, dict)))
+
+    def _drop_memos(self, *more: dict) -> None:
+        """Start every memo afresh; the old ones are freed a little per decision after.
+
+        Freeing them at once (tens of thousands of entries at ``--scale 10``) held the
+        decision that made a new target for several milliseconds.
+        """
+        memos: list[dict] = [self._memo, self._floors, self._cache, *more]
+        memos.extend(self._by_shape.values())
+        self._dropped.extend(d for d in memos if d)
+        self._memo, self._floors, self._cache, self._by_shape = {}, {}, {}, {}
+
+    def _free_some(self) -> None:
+        """Free up to ``_FREE_PER_DECISION`` entries of the memos dropped (LIFO)."""
+        dropped, budget = self._dropped, _FREE_PER_DECISION
+        while dropped and budget > 0:
+            memo = dropped[-1]
+            for _ in range(min(budget, len(memo))):
+                memo.popitem()
+                budget -= 1
+            if not memo:
+                dropped.pop()
 
     def _describe(self, view: _NodeView) -> None:
         """The node's signature: its GPU model and sorted free units, interned."""
@@ -205,10 +226,7 @@ class PoolIndex:
     def _reintern(self) -> None:
         """Too many signatures interned: start over with those of the nodes as they are."""
         self._sigs.clear()
-        self._memo.clear()
-        self._by_shape.clear()
-        self._floors.clear()
-        self._cache.clear()
+        self._drop_memos()
         for view in self.by_pos:
             view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
             if self.bucket_of[view.pos] >= 0:
@@ -404,6 +422,8 @@ class PoolIndex:
         """
         cpu, milli, num, models = shape
         mem = request.memory_mib
+        if self._dropped:
+            self._free_some()
         if milli == 0:
             found = self._scan(self._cpu_rows(cpu, mem), shape, mem, None, ordered=_ORDERED)
             if found:  # (it finds one when any of those rows has room)
@@ -668,6 +688,9 @@ def least_gradient(demand: int) -> float:
         return 0.0
     return -demand - 1e-6 * (1.0 + demand)
 
+
+_FREE_PER_DECISION = 500
+"""Entries of dropped memos freed per decision (a new target drops tens of thousands)."""
 
 _SIG_LIMIT = 1 << 20
 """Interned node signatures per pool before they are all made again."""
