@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from test_placement import grant_for, make_request, make_state, node_st, request_st
 
 import jupyter_gpushare.core.packindex as packindex
+import jupyter_gpushare.core.packrows as packrows
 import jupyter_gpushare.core.placement as placement_mod
 from jupyter_gpushare.core.placement import place
 from jupyter_gpushare.core.roomtree import RoomTree
@@ -204,32 +205,33 @@ def test_no_gradient_is_below_the_least_one(
 def test_scanned_rows_are_the_nodes_with_room_in_position_order(
     node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
-    """The rows a full scan reads (``_rows_for``, from bit sets by bucket and by free CPU)
+    """The rows a full scan reads (``RowTable.rows_for``, from bit sets by bucket and by free CPU)
     are, in position order, at least every used, uncordoned node with a GPU big enough and
     the CPU asked for, and the head of each kind of untouched node; and the bit sets are
     those of the nodes as they stand."""
     state = make_state(node_specs, 0.0)
     _drive(state, reqs, data)
     pidx = placement_mod._index(state).pools["shared"]
+    rows = pidx.rows
     for view in pidx.by_pos:
-        b = pidx.bucket_of[view.pos]
-        row = pidx.row_at[view.pos]
+        b = rows.bucket_of[view.pos]
+        row = rows.row_at[view.pos]
         assert (row is None) == (b < 0)
         if row is not None:
-            assert row == pidx._row(view)
-        for k, bits in enumerate(pidx.bits):
+            assert row == packrows.row_of(view)
+        for k, bits in enumerate(rows.bits):
             assert bool(bits >> view.pos & 1) == (b == k)
-        for k, bits in enumerate(pidx.cpu_bits):
-            want = b >= 0 and view.ns.free_cpu >= packindex._CPU_STEPS[k]
+        for k, bits in enumerate(rows.cpu_bits):
+            want = b >= 0 and view.ns.free_cpu >= packrows.CPU_STEPS[k]
             assert bool(bits >> view.pos & 1) == want
-    heads = {v.pos for v in pidx._kind_heads()}
+    heads = pidx._kind_heads()
     for milli in (0, 50, 100, 250, 999, 1000):
         for cpu in (0, 999, 1000, 4000, 16000, 100000):
-            got = [row[8] for row in pidx._rows_for(milli, cpu)]
+            got = [row[8] for row in rows.rows_for(milli, cpu, heads)]
             assert got == sorted(set(got))
-            low = min(milli, 1000) // packindex._BUCKET
+            low = min(milli, 1000) // packrows.BUCKET
             need = {
                 v.pos for v in pidx.by_pos
-                if pidx.bucket_of[v.pos] >= low and v.ns.free_cpu >= cpu
-            } | heads  # fmt: skip
+                if rows.bucket_of[v.pos] >= low and v.ns.free_cpu >= cpu
+            } | {v.pos for v in heads}  # fmt: skip
             assert need <= set(got)

@@ -33,21 +33,26 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
 * a scan computes no gradient for a node whose lower bound (its fragmentation now, and
   the share of the target it cannot host now, see ``PoolIndex._floor``) cannot beat the
   nodes already found: after a new target, most nodes are skipped that way;
+* a full scan reads rows in position order, only those of buckets big enough and with
+  about enough free CPU (bit sets per bucket and per CPU step: :mod:`.packrows`), and stops at
+  the first position whose least possible rank cannot beat what it found: no gradient
+  is below ``-demand`` whatever the target (:func:`least_gradient`), and ties go to the
+  lower position, so its cost grows with how far the good nodes lie, not with the pool;
 * the CPU penalty fades out when the learned workload asks for more CPU per GPU than
-  the pool supplies (then no choice keeps CPU ahead of GPU, see ``_starvation_scale``).
-
+  the pool supplies (then no choice keeps CPU ahead of GPU, see ``_starvation_scale``);
+* a new target drops the memos of the old one but frees them a little per decision.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, Request
-from .roomtree import RoomTree
+from .packrows import NodeView, Row, RowTable, row_of
 from .state import GPUState, NodeState
 
 GRADIENT_STEP = 120.0
@@ -90,35 +95,9 @@ def shape_of(request: Request) -> Shape:
 
 
 @dataclass
-class _NodeView:
-    """What packing needs to know about one node, refreshed when its grants change."""
-
-    ns: NodeState
-    pos: int  # place in the pool's node list: the final tie-break
-    kind: tuple
-    model: str
-    units: list[int] = field(default_factory=list)  # free milli per GPU, by GPU index
-    sorted_units: tuple[int, ...] = ()
-    pristine: bool = False  # nothing granted on it: interchangeable with its kind
-    in_heap: bool = False
-    sig: int = 0  # interned (model, sorted_units): with the CPU levels, a memo key of its state
-    total: int = 0  # free milli over all GPUs
-    inv_cpu: float = 0.0  # 1 / CPU capacity
-    inv_gpu: float = 0.0  # 1 / GPU capacity in milli
-
-
-_Row = tuple[int, int, tuple[int, ...], str, int, int, float, float, int, _NodeView]
-"""(free CPU, free RAM, sorted free units, model, signature, total free, 1/CPU capacity,
-1/GPU capacity, position, view) of one node: what the scoring loop reads."""
-
-_BUCKET = 100
-"""Width (milli) of the capacity buckets of used nodes."""
-
-
-@dataclass
 class Candidate:
     key: tuple
-    view: _NodeView
+    view: NodeView
     take: tuple[int, ...]  # free-unit values of the GPUs to take (fraction: one value)
 
 
@@ -128,24 +107,11 @@ class PoolIndex:
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
         self.table = FragTable(workload.shapes)
-        self.views: dict[str, _NodeView] = {}
+        self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
-        self.by_pos: list[_NodeView] = []
-        # used nodes with CPU or GPU left, as row tuples by position, each in the bucket of
-        # its largest free GPU (``_BUCKET`` milli wide; -1: not filed): a GPU request skips
-        # every row of a bucket too small for it, and a scan reads rows in position order
-        # (a bucket's positions are the bits set in its ``bits``)
-        self.row_at: list[_Row | None] = [None] * len(nodes)
-        self.bucket_of: list[int] = [-1] * len(nodes)
-        self.bits: list[int] = [0] * (UNIT // _BUCKET + 1)
-        # the same rows by free CPU: cpu_bits[k] has the positions of those with at least
-        # _CPU_STEPS[k] free, cpu_rank[pos] how many steps a row's free CPU reaches
-        self.cpu_bits: list[int] = [0] * len(_CPU_STEPS)
-        self.cpu_rank: list[int] = [0] * len(nodes)
-        # bucket 0 again, split: nodes with every GPU taken (by position, for CPU-only
-        # requests: the first one with room wins) and those with slivers of GPU left
-        self.full = RoomTree(len(nodes))
-        self.slivers: dict[int, _Row] = {}
+        self.by_pos: list[NodeView] = []
+        # used nodes with CPU or GPU left, as rows by GPU room, free CPU and position
+        self.rows = RowTable(len(nodes))
         self._memo: dict[tuple, tuple[float, tuple[int, ...]]] = {}
         self.clock = 0  # refreshes so far
         # position -> clock of its last refresh, oldest first: the nodes changed since a
@@ -171,7 +137,7 @@ class PoolIndex:
                 ns.node.memory_mib,
                 ns.pool.memory_headroom,
             )
-            view = _NodeView(ns, pos, kind, models)
+            view = NodeView(ns, pos, kind, models)
             view.inv_cpu = 1.0 / ns.node.cpu_milli if ns.node.cpu_milli else 0.0
             view.inv_gpu = 1.0 / (UNIT * len(ns.gpus)) if ns.gpus else 0.0
             self.views[ns.node.name] = view
@@ -213,7 +179,7 @@ class PoolIndex:
             if not memo:
                 dropped.pop()
 
-    def _describe(self, view: _NodeView) -> None:
+    def _describe(self, view: NodeView) -> None:
         """The node's signature: its GPU model and sorted free units, interned."""
         key = (view.model, view.sorted_units)
         sig = self._sigs.get(key)
@@ -229,10 +195,10 @@ class PoolIndex:
         self._drop_memos()
         for view in self.by_pos:
             view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
-            if self.bucket_of[view.pos] >= 0:
-                self._file(view)
+            if self.rows.bucket_of[view.pos] >= 0:
+                self.rows.file(view)
 
-    def refresh(self, view: _NodeView) -> None:
+    def refresh(self, view: NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
         ns = view.ns
         self.clock += 1
@@ -246,102 +212,17 @@ class PoolIndex:
             and ns.free_mem == ns.node.memory_mib
             and all(g.idle for g in ns.gpus)
         )
-        old = self.bucket_of[view.pos]
-        if old >= 0:
-            self.bucket_of[view.pos] = -1
-            self.row_at[view.pos] = None
-            self.bits[old] &= ~(1 << view.pos)
-            if old == 0:
-                self.full.clear(view.pos)
-                self.slivers.pop(view.pos, None)
+        self.rows.unfile(view.pos)
         self._describe(view)  # (after the node left its bucket: it may re-file the others)
         if view.pristine:
             if not view.in_heap:
                 heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
                 view.in_heap = True
         elif (ns.free_cpu > 0 or view.total) and not ns.cordoned:
-            self._file(view)
-        rank = bisect_right(_CPU_STEPS, ns.free_cpu) if self.bucket_of[view.pos] >= 0 else 0
-        old_rank = self.cpu_rank[view.pos]
-        if rank != old_rank:
-            bit, cpu_bits = 1 << view.pos, self.cpu_bits
-            for k in range(rank, old_rank):
-                cpu_bits[k] &= ~bit
-            for k in range(old_rank, rank):
-                cpu_bits[k] |= bit
-            self.cpu_rank[view.pos] = rank
+            self.rows.file(view)
+        self.rows.set_cpu(view.pos, ns.free_cpu)
 
-    def _file(self, view: _NodeView) -> None:
-        """Put a used node's row into the bucket of its largest free GPU."""
-        units = view.sorted_units
-        top = units[-1] if units else 0
-        b = min(top, UNIT) // _BUCKET
-        ns = view.ns
-        row = self.row_at[view.pos] = (
-            ns.free_cpu, ns.free_mem, units, view.model, view.sig, view.total,
-            view.inv_cpu, view.inv_gpu, view.pos, view,
-        )  # fmt: skip
-        if self.bucket_of[view.pos] != b:  # (re-filed in place by _reintern)
-            self.bits[b] |= 1 << view.pos
-            self.bucket_of[view.pos] = b
-        if b == 0:
-            if view.total:
-                self.slivers[view.pos] = row
-            else:
-                self.full.set(view.pos, ns.free_cpu, ns.free_mem)
-
-    def _cpu_rows(self, cpu: int, mem: int) -> Iterable[_Row]:
-        """The rows a CPU-only request is scored against first, in position order.
-
-        It goes to the first used node whose GPUs are all taken that has room (it costs
-        no fragmentation there, the least any node can cost), else it is scored against
-        the used nodes with at most slivers of GPU left (``_BUCKET``), and only when none
-        of those has room against every node.
-        """
-        pos = self.full.first(cpu, mem)
-        if pos is not None:
-            row = self.row_at[pos]
-            assert row is not None  # (a full node with room is filed)
-            return [row]
-        low = [row for row in self.slivers.values() if row[0] >= cpu and row[1] >= mem]
-        low.sort(key=_position)
-        return low
-
-    def _rows_for(self, milli: int, cpu: int) -> Iterator[_Row]:
-        """The rows worth scoring for a request needing ``milli`` on its GPUs and ``cpu``, in
-        position order: used nodes in a bucket big enough and with about enough free CPU
-        (at least the ``_CPU_STEPS`` step below ``cpu``), and the heads of untouched kinds."""
-        bits = 0
-        for bucket in self.bits[min(milli, UNIT) // _BUCKET :]:
-            bits |= bucket
-        step = bisect_right(_CPU_STEPS, cpu)
-        if step:
-            bits &= self.cpu_bits[step - 1]
-        heads = {v.pos: v for v in self._kind_heads()}
-        for pos in heads:
-            bits |= 1 << pos
-        return self._in_order(bits, heads)
-
-    def _in_order(self, bits: int, heads: dict[int, _NodeView]) -> Iterator[_Row]:
-        """The rows at the positions set in ``bits``, in position order (``heads``: those
-        of untouched nodes, which are not filed)."""
-        flags = bin(bits)[:1:-1]  # flags[pos] == "1": a row to read
-        row_at = self.row_at
-        pos = flags.find("1")
-        while pos >= 0:
-            row = row_at[pos]
-            yield row if row is not None else self._row(heads[pos])
-            pos = flags.find("1", pos + 1)
-
-    @staticmethod
-    def _row(view: _NodeView) -> _Row:
-        ns = view.ns
-        return (
-            ns.free_cpu, ns.free_mem, view.sorted_units, view.model, view.sig, view.total,
-            view.inv_cpu, view.inv_gpu, view.pos, view,
-        )  # fmt: skip
-
-    def _kind_heads(self) -> list[_NodeView]:
+    def _kind_heads(self) -> list[NodeView]:
         heads = []
         views = self.by_pos
         for heap in self.kind_heaps.values():
@@ -354,7 +235,7 @@ class PoolIndex:
                 head.in_heap = False
         return heads
 
-    def _floor(self, view: _NodeView, level: int) -> tuple[float, float]:
+    def _floor(self, view: NodeView, level: int) -> tuple[float, float]:
         """(fragmentation now, share of the target it cannot host now) of a node at ``level``.
 
         Placing anything only lowers a node's free GPU and CPU, so the shapes it can host
@@ -369,7 +250,7 @@ class PoolIndex:
         return frag, 1.0 - table.hostable(view.model, level, units)
 
     def _gradient(
-        self, view: _NodeView, after_level: int, milli: int, num: int
+        self, view: NodeView, after_level: int, milli: int, num: int
     ) -> tuple[float, tuple[int, ...]]:
         """(fragmentation increase, free-unit values of GPUs to take), memoised."""
         table = self.table
@@ -425,7 +306,7 @@ class PoolIndex:
         if self._dropped:
             self._free_some()
         if milli == 0:
-            found = self._scan(self._cpu_rows(cpu, mem), shape, mem, None, ordered=_ORDERED)
+            found = self._scan(self.rows.cpu_rows(cpu, mem), shape, mem, None, ordered=_ORDERED)
             if found:  # (it finds one when any of those rows has room)
                 return self._candidate(found[0])
             # against every node: as for a GPU shape, from a short list when one is cached
@@ -438,7 +319,8 @@ class PoolIndex:
             if hit is not _MISS:
                 return self._candidate(hit)  # type: ignore[arg-type]
         scored: list[_Scored] = []
-        found = self._scan(self._rows_for(milli, cpu), shape, mem, scored, ordered=_ORDERED)
+        rows = self.rows.rows_for(milli, cpu, self._kind_heads())
+        found = self._scan(rows, shape, mem, scored, ordered=_ORDERED)
         keep = self._short_len()
         if len(scored) > keep:
             short = heapq.nsmallest(keep + 1, scored)
@@ -477,13 +359,7 @@ class PoolIndex:
             changed.add(pos)
         heads = self._kind_heads()
         fresh = changed.union(h.pos for h in heads)
-        low = min(shape[1], UNIT) // _BUCKET
-        bucket_of, row_at = self.bucket_of, self.row_at
-        rows = [self._row(h) for h in heads]
-        for pos in changed:
-            row = row_at[pos]
-            if row is not None and bucket_of[pos] >= low:
-                rows.append(row)
+        rows = [row_of(h) for h in heads] + self.rows.changed_rows(changed, shape[1])
         merged: list[_Scored] = [
             e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
         ]
@@ -504,7 +380,7 @@ class PoolIndex:
 
     def _scan(
         self,
-        rows: Iterable[_Row],
+        rows: Iterable[Row],
         shape: Shape,
         mem: int,
         scored: list[_Scored] | None,
@@ -642,7 +518,7 @@ def _starvation_scale(workload: Workload, cpu_per_gpu: float) -> float:
 STARVATION_FADE = 1.0
 """Demanded over supplied CPU per GPU above which the starvation penalty fades out."""
 
-_Scored = tuple[float, int, _NodeView, tuple[int, ...]]
+_Scored = tuple[float, int, NodeView, tuple[int, ...]]
 """(rank, free RAM, view, free-unit values to take) of one scored node."""
 
 _SHORT_LIST = 24
@@ -659,17 +535,6 @@ _PRUNE = True
 
 _ORDERED = True
 """Full scans read rows in position order and stop where no later row can rank better."""
-
-
-_CPU_STEPS = (
-    1000, 1500, 2000, 2500, 3000, 4000, 5000, 6000, 8000, 10000, 12000, 16000, 20000,
-    24000, 32000, 40000, 48000, 64000, 96000,
-)  # fmt: skip
-"""Free CPU (milli) by which rows are grouped, so a scan reads only those with about enough."""
-
-
-def _position(row: _Row) -> int:
-    return row[8]
 
 
 def least_gradient(demand: int) -> float:
