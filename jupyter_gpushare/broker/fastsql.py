@@ -154,7 +154,7 @@ class FastWriter:
         engine: Engine,
         *,
         checkpoint_interval_s: float = 1.0,
-        wal_restart_bytes: int = 256 << 20,
+        wal_restart_bytes: int = 1 << 30,
     ) -> None:
         if not supported(engine):
             raise ValueError(f"no fast path for {engine.dialect.name}+{engine.dialect.driver}")

@@ -7,16 +7,16 @@ scans all of it in each full collection, which it runs whenever that generation 
 by a quarter. At 500 admissions/s, 13,000 grants since start made a full pass of 112 ms on
 the event loop; after a day it would be the whole site's grants again (~1 s at 100,000).
 
-:class:`CollectorPacer` keeps the unfrozen heap small instead: every ``interval_s`` (0.25 s)
+:class:`CollectorPacer` keeps the unfrozen heap small instead: every ``interval_s`` (0.1 s)
 it runs one full collection, which scans only what is not frozen (what was allocated since
-the last step: 2-9 ms at 500 admissions/s over HTTP, 0.2 ms for 125 admissions in-process),
+the last step: 2-4 ms at 500 admissions/s over HTTP, 0.2 ms for 125 admissions in-process),
 and then freezes what survived. Cyclic garbage is collected before it could be frozen; what
 the step freezes is alive at that moment: grants (freed by their reference count when
 released, frozen or not) and whatever a request in flight holds. A request in flight that
 later ends as a reference cycle would stay in memory (frozen objects are never collected):
 the step runs between two callbacks of the loop, when no admission is half done, so that is
 only the few connections and waits open at that instant; ``benchmarks/broker.py`` counts it
-(the garbage found when the broker unfreezes at exit: none after 40 steps and 17,000
+(the garbage found when the broker unfreezes at exit: none after 99 steps and 17,000
 admissions). ``interval_s = 0`` leaves the collector as CPython runs it.
 """
 
