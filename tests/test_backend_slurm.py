@@ -47,6 +47,7 @@ def broker_config(cluster: SlurmCluster, tmp_path: Path) -> Config:
     config.SlurmBackend.pass_account = True  # accepted as is: this cluster has no slurmdbd
     config.SlurmBackend.pass_qos = True
     config.SlurmBackend.min_poll_interval_s = 0.3
+    config.SlurmBackend.node_return_interval_s = 0.4
     return config
 
 
@@ -225,8 +226,9 @@ async def test_a_killed_node_ends_the_attempt_with_slurms_reason(
     app: Any, cluster: SlurmCluster
 ) -> None:
     """kill -9 of a node's slurmd and every process on it: Slurm says NODE_FAIL; the broker
-    releases the grant and drains the node; a job without checkpoints fails with Slurm's
-    reason, one that checkpoints is requeued onto the other node and resumes there."""
+    releases the grant and drains the node, and resumes it once Slurm has it back (IDLE); a
+    job without checkpoints fails with Slurm's reason, one that checkpoints is requeued onto
+    the other node and resumes there; a node an admin drained meanwhile stays drained."""
     status, job = await submit(app, "tok-bob", nbs.sleeping(120), profile="spare-1gpu")
     assert status == 201, job
     await wait_state(app, "tok-bob", job["id"], {"running"})
@@ -236,15 +238,22 @@ async def test_a_killed_node_ends_the_attempt_with_slurms_reason(
         cluster.kill_node(node)
         done = await wait_state(app, "tok-bob", job["id"], {"failed", "succeeded", "queued"},
                                 timeout=90)
+        assert app.broker.state.nodes[node].cordoned  # drained
+        asked = app.jobs.node_return._next
+        await asyncio.sleep(1.0)  # Slurm was asked again meanwhile: the node is still down
+        assert app.jobs.node_return._next > asked
+        assert app.broker.state.nodes[node].cordoned
     finally:
-        cluster.restart_node(node)
+        cluster.restart_node(node)  # until Slurm says idle
     assert done["state"] == "failed", done
     assert f"NODE_FAIL on {node}: its node failed" in done["reason"], done
     assert done["error"]["slurm_state"] == "NODE_FAIL"
     assert done["grant_id"] is None and not app.broker.state.grants  # its grant released
     assert done["gpu_hours"] > 0
-    assert app.broker.state.nodes[node].cordoned  # drained until an admin undrains it
-    app.broker.set_cordon(node, False)
+    deadline = time.monotonic() + 20
+    while app.broker.state.nodes[node].cordoned:  # Slurm has it back: the broker resumes it
+        assert time.monotonic() < deadline, cluster.node_states()
+        await asyncio.sleep(0.1)
     # a job that checkpoints: requeued as a new attempt, elsewhere, resumed
     status, counter = await submit(app, "tok-bob", nbs.counting(steps=10, delay=0.4),
                                    profile="spare-1gpu", checkpoint=True)
@@ -256,9 +265,14 @@ async def test_a_killed_node_ends_the_attempt_with_slurms_reason(
         cluster.kill_node(first)
         done = await wait_state(app, "tok-bob", counter["id"], {"succeeded", "failed"},
                                 timeout=150)
+        assert app.broker.state.nodes[first].cordoned
+        status, body = await call(app, "POST", f"/admin/nodes/{first}/drain", "tok-admin")
+        assert status == 200, body  # the admin drains it by hand too: it is theirs now
     finally:
         cluster.restart_node(first)
-        app.broker.set_cordon(first, False)
+    await asyncio.sleep(1.2)  # Slurm has it back (idle), and the broker leaves it drained
+    assert app.broker.state.nodes[first].cordoned and app.jobs.node_return.waiting == []
+    app.broker.set_cordon(first, False)
     assert done["state"] == "succeeded" and done["attempt"] == 2, done
     _, events = await call(app, "GET", f"/jobs/{counter['id']}/events", "tok-bob")
     reasons = [e["reason"] for e in events["events"]]

@@ -23,6 +23,7 @@ from jupyter_gpushare.backends.slurm_args import (
 )
 from jupyter_gpushare.backends.slurm_state import (
     node_dead,
+    node_in_service,
     parse_scontrol_job,
     status_from,
     stuck_on,
@@ -217,3 +218,16 @@ def test_a_pending_job_stuck_on_a_dead_node() -> None:
         "ReqNodeNotAvail,_UnavailableNodes:node2", "Resources"))
     assert waiting is not None and stuck_on(waiting, {"node2": "DOWN"}) is None
     assert node_dead("DOWN+NOT_RESPONDING") and node_dead("IDLE*") and not node_dead("ALLOCATED")
+
+
+@pytest.mark.parametrize("state, back", [
+    ("IDLE", True), ("MIXED", True), ("ALLOCATED", True), ("idle", True),
+    ("MIXED+COMPLETING", True), ("DOWN", False), ("DOWN*", False), ("IDLE*", False),
+    ("IDLE+DRAIN", False), ("MIXED+DRAIN", False), ("DOWN+NOT_RESPONDING", False),
+    ("IDLE+NOT_RESPONDING", False), ("IDLE+POWERED_DOWN", False), ("FUTURE", False),
+    ("UNKNOWN", False), ("", False),
+])
+def test_a_node_is_back_in_service_only_without_down_drain_or_not_responding(
+    state: str, back: bool
+) -> None:
+    assert node_in_service(state) is back

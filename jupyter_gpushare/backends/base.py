@@ -20,6 +20,7 @@ the broker's HTTP layer.
 from __future__ import annotations
 
 from abc import ABC, ABCMeta, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,6 +179,17 @@ class JobBackend(ABC):
         calls, so it may ask the engine (the Slurm backend reads the cluster's nodes); keep
         it quick."""
         return None
+
+    node_return_interval_s: float = 30.0
+    """How often the broker asks :meth:`nodes_in_service` while nodes it drained wait."""
+
+    def nodes_in_service(self, nodes: Sequence[str]) -> set[str]:
+        """Of ``nodes``, which the broker drained because a run was lost with them
+        (:attr:`RunStatus.node_failed`), those the engine has back in service: the broker
+        resumes them (never a node an admin drained or touched since). The default knows
+        none: an admin resumes them. Called in the broker's worker thread, at most every
+        :attr:`node_return_interval_s`."""
+        return set()
 
     def checkpoint_dir(self, job_id: str) -> str | None:
         """Where the job keeps its checkpoints across attempts (None: not supported)."""

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ from .slurm_args import (
     scancel_argv,
     scancel_signal_argv,
 )
-from .slurm_state import SlurmJob, parse_scontrol_job, status_from, stuck_on
+from .slurm_state import SlurmJob, node_in_service, parse_scontrol_job, status_from, stuck_on
 
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
@@ -143,6 +143,12 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     node_cache_s = Float(
         30.0, config=True,
         help="How long the node list (for refusing impossible requests) is reused.",
+    )
+    node_return_interval_s = Float(  # type: ignore[assignment]
+        30.0, config=True,
+        help="How often the broker asks Slurm whether a node it drained after NODE_FAIL is "
+        "back in service (IDLE, MIXED or ALLOCATED, not DOWN, DRAIN or NOT_RESPONDING); it "
+        "resumes such a node then. A node an admin drained is never resumed.",
     )
     command_timeout_s = Float(30.0, config=True, help="Timeout of one Slurm command (seconds).")
 
@@ -386,6 +392,18 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             if lost is not None:
                 return lost
         return status_from(job, result, launched)
+
+    def nodes_in_service(self, nodes: Sequence[str]) -> set[str]:
+        """Of ``nodes`` (drained by the broker after ``NODE_FAIL``), those Slurm has back:
+        ``IDLE``/``MIXED``/``ALLOCATED`` without ``DOWN``/``DRAIN``/``NOT_RESPONDING``
+        (a fresh ``scontrol show node``)."""
+        self._nodes = None
+        try:
+            known = self.nodes()
+        except SlurmCommandError as exc:
+            self.log.warning("cannot list Slurm nodes (%s): drained nodes stay drained", exc)
+            return set()
+        return {n for n in nodes if n in known and node_in_service(known[n].state)}
 
     def _pending_on_dead_node(self, handle: RunHandle, job: SlurmJob) -> RunStatus | None:
         """A job still pending on the node the broker chose, which Slurm has down or

@@ -106,6 +106,17 @@ def node_dead(state: str) -> bool:
     return any(w.startswith(DEAD_NODE_WORDS) for w in words)
 
 
+IN_SERVICE_WORDS = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING")
+
+
+def node_in_service(state: str) -> bool:
+    """Whether a node ``State=`` says Slurm has it back in service: ``IDLE``, ``MIXED`` or
+    ``ALLOCATED`` (``COMPLETING``), without ``DOWN``, ``DRAIN``, ``FAIL`` or
+    ``NOT_RESPONDING`` (``*``)."""
+    words = state.upper().replace("*", "+NOT_RESPONDING").split("+")
+    return words[0] in IN_SERVICE_WORDS and not node_dead(state)
+
+
 def stuck_on(job: SlurmJob, node_states: dict[str, str]) -> str | None:
     """The node a pending job waits for in vain (it is down or drained), or None.
 

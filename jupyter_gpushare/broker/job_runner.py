@@ -42,6 +42,7 @@ from .ids import new_id
 from .job_settings import JobSettings
 from .job_spec import build_run_spec
 from .jobs import Job, JobStore
+from .node_return import NodeReturn
 from .preempt import BatchBackend
 from .serial import spec_to_request
 
@@ -67,6 +68,7 @@ class JobManager(JobSettings):
         self._task: asyncio.Task[Any] | None = None
         self._stopping = False
         self._real_gpus: bool | None = None
+        self.node_return = NodeReturn(broker, self.backend)  # resumes what _node_failed drained
 
     # -- paths ------------------------------------------------------------------------------
 
@@ -190,6 +192,8 @@ class JobManager(JobSettings):
                 running.append(job)
         if running:
             self._spawn(self._poll(running))
+        if self.node_return.due():
+            self._spawn(self.node_return.check(self._call))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -390,14 +394,15 @@ class JobManager(JobSettings):
 
     def _node_failed(self, job: Job, status: RunStatus, *, drain: bool) -> None:
         """The run's node was lost (the backend says so, e.g. Slurm NODE_FAIL): drain the
-        node in the broker (an admin undrains it once it is back), release the grant, and
-        requeue a job that checkpoints as a new attempt, placed elsewhere; fail the others
-        with the backend's reason."""
+        node in the broker (resumed once the backend has it back, :mod:`.node_return`, or
+        by an admin), release the grant, and requeue a job that checkpoints as a new
+        attempt, placed elsewhere; fail the others with the backend's reason."""
         node = str(status.node_failed)
         why = (status.error or {}).get("summary") or f"its node {node} failed"
         known = self.broker.state.nodes.get(node)
         if known is not None and not known.cordoned:
             self.broker.set_cordon(node, True)
+            self.node_return.drained(node)
             log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
         checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)
         hours = self._release(job, f"job's node {node} failed", drain=drain and not checkpoints)
