@@ -89,6 +89,17 @@ def test_an_image_pulled_in_time_runs(fake: FakeKube) -> None:
     assert len(b._waits) == 0
 
 
+def test_a_stop_of_a_pod_that_never_started_deletes_its_job(fake: FakeKube) -> None:
+    fake.unpullable[IMAGE] = NOT_FOUND
+    b = backend_for(fake, image_pull_timeout_s=60)
+    handle = admitted(b, fake)
+    assert b.poll(handle).queued
+    b.signal(handle)  # preemption or cancel: no notebook ran, nothing to save
+    assert ("delete_job", "jupyterhub", NAME, "Foreground", 0) in fake.calls
+    nothing_left(fake)
+    assert b.poll(handle).alive is False
+
+
 def test_a_container_configuration_error_fails_the_attempt_at_once(fake: FakeKube) -> None:
     fake.config_errors[NAME] = 'secret "hf-token" not found'
     b = backend_for(fake)

@@ -450,7 +450,8 @@ class KubeJobsBackend(ConfigurableJobBackend):
     def signal(self, handle: RunHandle) -> None:
         """Delete the attempt's pods with the grant's grace period: the kubelet sends
         SIGTERM (the runner saves its notebook and checkpoint), SIGKILL after it. A Job
-        still waiting in Kueue has nothing to save: it is deleted."""
+        still waiting in Kueue, or whose pod has not started (Pending), has nothing to
+        save: it is deleted."""
         ns, name = self._ns_name(handle)
         self._fresh(handle)
         self._keep_logs(handle)
@@ -461,6 +462,9 @@ class KubeJobsBackend(ConfigurableJobBackend):
             job = self.api.get_job(ns, name)
             if job is not None and (job.get("spec") or {}).get("suspend"):
                 self.api.delete_job(ns, name, propagation="Foreground", grace_s=0)
+            return
+        if all(pod_wait(p, CONTAINER) is not None for p in live):  # nothing ran yet
+            self.api.delete_job(ns, name, propagation="Foreground", grace_s=0)
             return
         grace = int(handle.ref.get("grace_s") or 30)
         for pod in live:
