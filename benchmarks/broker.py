@@ -305,6 +305,10 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
         return any(c[0] > begin and c[0] - c[2] < r[0] for c in collections)
 
     passes = [c for c in collections if since < c[0] <= until + 0.05 and c[2] > 0.001]
+    req_path = Path(f"{path}.req")
+    steps = json.loads(req_path.read_text()) if req_path.exists() else []
+    # single callbacks of the loop over SLOW (5 ms) of CPU: what held it at once, undivided
+    slow = [r[2] for r in steps if r[0] == "slow" and since < r[1] <= until + 0.05]
     return {
         "lag_idle_wall_ms": top(idle, 1),
         "lag_idle_cpu_ms": top(idle, 2),
@@ -316,6 +320,8 @@ def lag_figures(path: Path, window: tuple[float, float]) -> dict[str, float]:
         "lag_ticks": float(len(during)),
         "gc_max_ms": max((c[2] for c in passes), default=0.0) * 1000,
         "gc_count": float(len(passes)),
+        "slow_callbacks": float(len(slow)),
+        "slow_callback_max": max(slow, default=0.0) * 1000,
     }
 
 
@@ -841,6 +847,8 @@ def main() -> None:
         ("  probe wake-ups during it", "lag_ticks", "{:.0f}"),
         ("  wake-ups after over 5 ms CPU", "lag_over_5ms_cpu", "{:.0f}"),
         ("  same, without a GC pass in it", "lag_over_5ms_nogc", "{:.0f}"),
+        ("  single callbacks over 5 ms CPU (GC in them)", "slow_callbacks", "{:.0f}"),
+        ("  longest such callback, CPU (ms; 0: none)", "slow_callback_max", "{:.1f}"),
         ("  GC passes over 1 ms during it", "gc_count", "{:.0f}"),
         ("  longest GC pass during it, CPU (ms)", "gc_max_ms", "{:.1f}"),
         ("  longest loop hold before it, CPU (ms)", "lag_idle_cpu_ms", "{:.1f}"),
