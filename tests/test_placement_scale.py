@@ -224,6 +224,10 @@ def test_scanned_rows_are_the_nodes_with_room_in_position_order(
         for k, bits in enumerate(rows.cpu_bits):
             want = b >= 0 and view.ns.free_cpu >= packrows.CPU_STEPS[k]
             assert bool(bits >> view.pos & 1) == want
+    for cpu in (0, 999, 4000, 100000):
+        for mem in (0, 1024, 100000):
+            room = [p for p, row in rows.slivers.items() if row[0] >= cpu and row[1] >= mem]
+            assert rows.sliver_room.first(cpu, mem) == min(room, default=None)
     heads = pidx._kind_heads()
     for milli in (0, 50, 100, 250, 999, 1000):
         for cpu in (0, 999, 1000, 4000, 16000, 100000):

@@ -83,6 +83,7 @@ class RowTable:
         self.cpu_rank: list[int] = [0] * n  # how many CPU steps a filed row's free CPU reaches
         self.full = RoomTree(n)
         self.slivers: dict[int, Row] = {}
+        self.sliver_room = RoomTree(n)  # the slivers' free CPU and RAM: has any room?
 
     def unfile(self, pos: int) -> None:
         """Take a row out of its bucket (it keeps its CPU step until :meth:`set_cpu`)."""
@@ -93,7 +94,8 @@ class RowTable:
             self.bits[old] &= ~(1 << pos)
             if old == 0:
                 self.full.clear(pos)
-                self.slivers.pop(pos, None)
+                if self.slivers.pop(pos, None) is not None:
+                    self.sliver_room.clear(pos)
 
     def file(self, view: NodeView) -> None:
         """Put a used node's row into the bucket of its largest free GPU."""
@@ -108,6 +110,7 @@ class RowTable:
         if b == 0:
             if view.total:
                 self.slivers[pos] = row
+                self.sliver_room.set(pos, view.ns.free_cpu, view.ns.free_mem)
             else:
                 self.full.set(pos, view.ns.free_cpu, view.ns.free_mem)
 
@@ -136,6 +139,8 @@ class RowTable:
             row = self.row_at[pos]
             assert row is not None  # (a full node with room is filed)
             return [row]
+        if self.sliver_room.first(cpu, mem) is None:
+            return []  # (late in a full cluster, thousands of slivers and none with room)
         low = [row for row in self.slivers.values() if row[0] >= cpu and row[1] >= mem]
         low.sort(key=_position)
         return low
