@@ -7,7 +7,7 @@ Each run is the packing benchmark's evaluation (:func:`packing_sim.simulate`, th
 policy) on the Alibaba node and pod lists replicated K times (names suffixed per copy), in
 a subprocess of its own. With ``--baseline REV`` the same runs are made, in the same
 invocation and one after the other, with the ``jupyter_gpushare`` package of git revision
-REV (checked out with ``git worktree add`` into a temporary folder), so the figures are
+REV (a ``git archive`` copy in a temporary folder), so the figures are
 ratios measured together on the same (shared) machine.
 
 Per run it prints the unallocated % at arrived 100 %, whether every decision (node and
@@ -129,19 +129,17 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s]
     with tempfile.TemporaryDirectory(prefix="gpushare-scale-") as tmp:
         roots = {"now": str(REPO)}
-        if args.baseline:
+        if args.baseline:  # a plain copy of the revision's files (no worktree left behind)
             base = os.path.join(tmp, "base")
-            subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "add", "--detach", base, args.baseline],
+            os.mkdir(base)
+            files = subprocess.run(
+                ["git", "-C", str(REPO), "archive", args.baseline],
                 check=True,
                 capture_output=True,
-            )
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", base], input=files, check=True)
             roots = {"base": base, **roots}
-        try:
-            report(args, seeds, roots)
-        finally:
-            if args.baseline:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "prune"], check=False)
+        report(args, seeds, roots)
     return 0
 
 
