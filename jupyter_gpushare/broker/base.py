@@ -50,7 +50,7 @@ class BrokerBase:
         observer: Observer | None = None,
         raw_sql: bool = True,
         checkpoint_interval_s: float = 1.0,
-        wal_restart_bytes: int = 1 << 30,
+        wal_restart_bytes: int = 0,
         limits: BrokerLimits | None = None,
     ) -> None:
         self.policy = policy
