@@ -24,7 +24,7 @@ from sqlalchemy import Engine, select
 
 from ..core.model import from_milli
 from .db import grants_table, requests_table
-from .handlers import BaseHandler, Context, HealthHandler
+from .handler_base import BaseHandler, Context, HealthHandler
 from .pages import PageHandler, admin_page
 from .serial import iso
 

@@ -35,7 +35,8 @@ from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
 from .culler import GPUCuller
 from .db import make_engine
 from .gcpace import CollectorPacer
-from .handlers import Context, routes
+from .handler_base import Context
+from .handlers import routes
 from .hubclient import HubClient
 from .job_runner import JobManager, JobsBatchBackend
 from .limits import BrokerLimits

@@ -1,4 +1,7 @@
-"""Tornado handlers of the REST API (thin: parse, authorise, call the service, answer JSON).
+"""Tornado handlers of the REST API (thin: parse, authorise, call the service, answer JSON):
+requests, grants, team usage, notices, heartbeats and profiles; the route table of them all
+(the shared base in :mod:`.handler_base`, admin endpoints in :mod:`.admin_handlers`, jobs in
+:mod:`.job_handlers`).
 
 Every handler but ``/openapi.yaml`` and ``/health`` needs ``Authorization: token <hub token>``:
 no token → 401, a token the hub does not know or one without access to this service → 403,
@@ -9,185 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import time
-from collections.abc import Awaitable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..core import rules
-from ..core.model import Kind, Request
-from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
-from .fields import BadField, Fields, shorten
-from .hubclient import HubClient, HubError
-from .metrics import BrokerMetrics
-from .preempt import NoticeHub
-from .reconcile import HolderChecker, reconcile
-from .service import Broker, BrokerError, make_request, new_id
-
-if TYPE_CHECKING:
-    pass
-
-OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
-
-
-@dataclass
-class Context:
-    broker: Broker
-    auth: TokenAuthenticator
-    hub: HubClient | None
-    notices: NoticeHub
-    metrics: BrokerMetrics
-    checker: HolderChecker
-    reconcile_min_age_s: float = 60.0
-    jobs: Any = None  # the JobManager (batch jobs), when enabled
-    login: BrowserLogin | None = None  # the hub's OAuth login for browsers (None: tokens only)
-    reloader: Any = None  # the PolicyReloader (None: the policy was not read from a file)
-
-
-def _json_body(handler: web.RequestHandler) -> dict[str, Any]:
-    """The JSON object of a request body of any size (jobs carry notebooks; the broker's
-    own endpoints read bodies through :class:`~.fields.Fields`, bounded)."""
-    try:
-        body = json.loads(handler.request.body or b"{}")
-    except RecursionError as exc:
-        raise BadField("body", "the body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadField("body", "the body must be a JSON object") from exc
-    if not isinstance(body, dict):
-        raise BadField("body", "the body must be a JSON object")
-    return body
-
-
-# -- base ------------------------------------------------------------------------------------
-
-
-class BaseHandler(BrowserAuthMixin, web.RequestHandler):
-    public = False
-    ctx: Context
-    identity: Identity
-
-    def initialize(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.login = ctx.login
-        self._t0 = time.perf_counter()
-        self.fields = Fields(ctx.broker.limits)
-
-    def set_default_headers(self) -> None:
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-
-    def prepare(self) -> Awaitable[None] | None:
-        if self.public:
-            return None
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() not in ("token", "bearer") or not token:
-            if self.has_login_cookie():  # a browser logged in with the hub (auth.BrowserLogin)
-                return self.login_from_cookie()
-            raise BrokerError(
-                401, "authentication required: Authorization: token <JupyterHub token>"
-            )
-        self._token_authenticated = True
-        identity = self.ctx.auth.cached(token)
-        if identity is not None:  # the hot path: no await, no hub
-            self.identity = identity
-            return None
-        return self._identify(token)
-
-    async def _identify(self, token: str) -> None:
-        try:
-            identity = await self.ctx.auth.identify_and_cache(token)
-        except web.HTTPError as exc:
-            if exc.status_code in (401, 403):
-                identity = None
-            else:
-                raise BrokerError(503, "cannot check the token with the hub") from exc
-        except (HubError, OSError) as exc:
-            raise BrokerError(503, "cannot check the token with the hub") from exc
-        if identity is None:
-            raise BrokerError(403, "this token may not use the gpushare service")
-        self.identity = identity
-
-    def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, BrokerError):
-            if self._finished:
-                return
-            self.set_status(e.status)
-            body: dict[str, Any] = {"error": e.message}
-            if e.field:
-                body["field"] = e.field
-            if e.code:
-                body["code"] = e.code
-            for name, value in e.headers.items():
-                self.set_header(name, value)
-            self.finish(json.dumps(body))
-            return
-        super()._handle_request_exception(e)
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        reason = self._reason
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            reason = exc.log_message % exc.args if exc.args else exc.log_message
-        self.finish(json.dumps({"error": reason}))
-
-    def on_finish(self) -> None:
-        self.ctx.metrics.observe_latency(
-            type(self).__name__, self.request.method or "", time.perf_counter() - self._t0
-        )
-
-    def send(self, data: Any, status: int = 200) -> None:
-        self.set_status(status)
-        self.finish(json.dumps(data))
-
-    def require(self, allowed: bool, message: str = "not allowed for this token") -> None:
-        if not allowed:
-            raise BrokerError(403, message)
-
-    def arg(self, name: str) -> str | None:
-        value = self.get_query_argument(name, None)
-        if value is not None and len(value) > self.ctx.broker.limits.max_name_length:
-            raise BadField(name, f"{name} is too long")
-        return value
-
-    async def teams_of(self, user: str, groups: list[str] | None = None) -> tuple[str, ...]:
-        """The user's teams from their hub groups (or ``groups`` passed by a trusted caller)."""
-        if groups is None:
-            if self.ctx.hub is not None:
-                try:
-                    groups = list(await self.ctx.hub.groups_of(user))
-                except HubError as exc:
-                    raise BrokerError(503, "cannot read the user's groups from the hub") from exc
-            elif self.identity.name == user:
-                groups = list(self.identity.groups)
-            else:
-                groups = []
-        return self.ctx.broker.policy.teams_of(set(groups))
-
-
-# -- handlers --------------------------------------------------------------------------------
-
-
-class OpenAPIHandler(BaseHandler):
-    public = True
-
-    def get(self) -> None:
-        self.set_header("Content-Type", "application/yaml")
-        with open(OPENAPI_PATH, "rb") as f:
-            self.finish(f.read())
-
-
-class HealthHandler(BaseHandler):
-    public = True
-
-    def get(self) -> None:
-        self.send({"status": "ok" if self.ctx.broker.loaded else "starting"})
+from ..core.model import Kind
+from .admin_handlers import (
+    AdminNodeHandler,
+    AdminPolicyHandler,
+    AdminPolicyReloadHandler,
+    AdminQueueHandler,
+    AdminReconcileHandler,
+    MetricsHandler,
+)
+from .fields import BadField, shorten
+from .handler_base import BaseHandler, Context, HealthHandler, OpenAPIHandler
+from .hubclient import HubError
+from .job_handlers import job_routes
+from .service import BrokerError, make_request, new_id
 
 
 class RequestsHandler(BaseHandler):
@@ -564,79 +407,6 @@ class HeartbeatHandler(BaseHandler):
         self.finish()
 
 
-class AdminNodeHandler(BaseHandler):
-    def post(self, node: str, action: str) -> None:
-        self.require(self.identity.admin, "admin only")
-        self.send(self.ctx.broker.set_cordon(node, action == "drain"))
-
-
-class AdminReconcileHandler(BaseHandler):
-    async def post(self) -> None:
-        self.require(self.identity.admin, "admin only")
-        result = await reconcile(self.ctx.broker, self.ctx.checker, self.ctx.reconcile_min_age_s)
-        self.send(result)
-
-
-class AdminQueueHandler(BaseHandler):
-    def get(self) -> None:
-        self.require(self.identity.admin, "admin only")
-        broker = self.ctx.broker
-        limit = self._int_arg("limit", 500, 10_000)
-        offset = self._int_arg("offset", 0, 10**9)
-        self.send(
-            {
-                "queue": broker.queue_view(limit=limit, offset=offset),
-                "total": len(broker.queue) + len(broker.pending),
-                "queued": len(broker.queue),
-                "preempting": len(broker.pending),
-                "limit": limit,
-                "offset": offset,
-            }
-        )
-
-    def _int_arg(self, name: str, default: int, maximum: int) -> int:
-        raw = self.arg(name)
-        if raw is None:
-            return default
-        if not raw.isdigit() or len(raw) > 10 or int(raw) > maximum:
-            raise BadField(name, f"{name} must be a whole number from 0 to {maximum}")
-        return int(raw)
-
-
-class AdminPolicyHandler(BaseHandler):
-    """``GET /admin/policy``: the version in force, when it was loaded, the last error."""
-
-    def get(self) -> None:
-        self.require(self.identity.admin, "admin only")
-        reloader = self.ctx.reloader
-        if reloader is None:
-            self.send({"path": None, "version": self.ctx.broker.policy_version,
-                       "last_result": "loaded", "last_error": None})
-            return
-        self.send(reloader.status())
-
-
-class AdminPolicyReloadHandler(BaseHandler):
-    """``POST /admin/policy/reload``: read the policy file again (the last good policy stays
-    in force if it has errors: ``last_result`` says ``error`` and ``last_error`` why)."""
-
-    async def post(self) -> None:
-        self.require(self.identity.admin, "admin only")
-        if self.ctx.reloader is None:
-            raise BrokerError(409, "the broker's policy was not read from a file")
-        status = await self.ctx.reloader.reload("POST /admin/policy/reload")
-        self.send(status, 200 if status["last_result"] != "error" else 422)
-
-
-class MetricsHandler(BaseHandler):
-    def get(self) -> None:
-        self.require(
-            self.identity.metrics, "needs custom:gpushare:metrics or custom:gpushare:admin"
-        )
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(generate_latest(self.ctx.metrics.registry))
-
-
 class ProfilesHandler(BaseHandler):
     async def get(self) -> None:
         user = self.arg("user") or self.identity.name
@@ -683,10 +453,8 @@ def routes(base_url: str, ctx: Context) -> list[tuple[str, type, dict[str, Any]]
         (base + r"/health", HealthHandler),
         (base_url.rstrip("/") + r"/?", HealthHandler),
     ]
-    from .job_handlers import job_routes
-
     table += job_routes(base)
     return [(pattern, handler, kw) for pattern, handler in table]
 
 
-__all__ = ["Context", "routes", "Kind", "Request"]
+__all__ = ["routes"]

@@ -16,7 +16,8 @@ from tornado.iostream import StreamClosedError
 
 from ..core.jobs import TERMINAL, JobState
 from .errors import BrokerError
-from .handlers import BadField, BaseHandler, _json_body
+from .fields import BadField
+from .handler_base import BaseHandler, json_body
 from .job_submit import job_view, submit_job
 from .jobs import Job
 
@@ -46,7 +47,7 @@ class JobsHandler(_JobsBase):
         if size > limits.max_notebook_bytes + limits.max_parameters_bytes + 65536:
             raise BrokerError(413, f"the request is too large (at most "
                               f"{limits.max_notebook_bytes} bytes of notebook)", "notebook")
-        body = _json_body(self)
+        body = json_body(self)
         ident = self.identity
         user = body.get("user") if ident.act_as else None
         if user is not None and not isinstance(user, str):

@@ -40,7 +40,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler
 from tornado import web
 
 from .errors import BrokerError
-from .handlers import BaseHandler, Context
+from .handler_base import BaseHandler, Context
 
 Method = Callable[..., Awaitable[None] | None]
 
