@@ -40,8 +40,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from jupyter_gpushare.backends.kube import KubeJobsBackend
 from jupyter_gpushare.backends.kube_client import AlreadyExists, KubeClient, NotFound
 
 NOW = "2026-12-01T10:00:00Z"
@@ -376,3 +377,22 @@ class FakeKube(KubeClient):
                     self.logs[pod_name] = proc.stdout + proc.stderr
         self.finish(name, proc.returncode, message, namespace=namespace)
         return message or {"exit_code": proc.returncode, "log": proc.stdout + proc.stderr}
+
+
+class FakeClusterBackend(KubeJobsBackend):
+    """The Kubernetes backend of a real broker, talking to the FakeKube that a test puts in
+    ``FakeClusterBackend.clusters["fake"]`` (the broker builds its backend from the class,
+    so the stand-in is handed over through the class). A subclass may set ``overrides``:
+    backend attributes to set after it is built."""
+
+    clusters: ClassVar[dict[str, FakeKube]] = {}
+    overrides: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def create(cls, settings: Any) -> KubeJobsBackend:
+        backend = super().create(settings)
+        backend.client = cls.clusters["fake"]
+        backend.poll_min_interval_s = 0.05
+        for name, value in cls.overrides.items():
+            setattr(backend, name, value)
+        return backend

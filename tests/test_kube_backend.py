@@ -18,7 +18,7 @@ import jobnotebooks as nbs
 import kubernetes_validate
 import pytest
 from brokerkit import call, start_broker, static_tokens
-from kubefake import FakeKube
+from kubefake import FakeClusterBackend, FakeKube
 from kubejobkit import run_spec
 from traitlets.config import Config
 
@@ -238,18 +238,7 @@ def test_settings_reach_the_manifest(fake: FakeKube) -> None:
 # ------------------------------------------------------------------ through the real broker
 
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
-SHARED: dict[str, FakeKube] = {}
-
-
-class FakeClusterBackend(KubeJobsBackend):
-    """The Kubernetes backend, talking to the test's FakeKube."""
-
-    @classmethod
-    def create(cls, settings: Any) -> KubeJobsBackend:
-        backend = super().create(settings)
-        backend.client = SHARED["fake"]
-        backend.poll_min_interval_s = 0.05
-        return backend
+SHARED = FakeClusterBackend.clusters
 
 
 async def _wait(app: Any, job_id: str, pred: Any, timeout: float = 30) -> dict:

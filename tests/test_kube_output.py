@@ -22,30 +22,18 @@ import jobnotebooks as nbs
 import pytest
 import pytest_asyncio
 from brokerkit import BASE, call, start_broker, static_tokens
-from kubefake import FakeKube
+from kubefake import FakeClusterBackend, FakeKube
 from kubejobkit import NOTEBOOK
 from pytest_jupyter.jupyter_server import *  # noqa: F403 (fixtures)
 from telemetry_fakes import EXT_CONFIG, clear_gpushare_env
 from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
-from jupyter_gpushare.backends.kube import KubeJobsBackend
 from jupyter_gpushare.policy import load_policy
 
 pytestmark = pytest.mark.slow
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
-FAKE: dict[str, FakeKube] = {}
-
-
-class FakeKubeBackend(KubeJobsBackend):
-    """The Kubernetes backend, talking to the test's FakeKube."""
-
-    @classmethod
-    def create(cls, settings: Any) -> KubeJobsBackend:
-        backend = super().create(settings)
-        backend.client = FAKE["fake"]
-        backend.poll_min_interval_s = 0.05
-        return backend
+FAKE = FakeClusterBackend.clusters
 
 
 @pytest_asyncio.fixture
@@ -72,7 +60,7 @@ def jp_root_dir(volume: Path) -> Path:
 async def broker(tmp_path: Path, volume: Path, monkeypatch: Any) -> Any:
     FAKE["fake"] = FakeKube()
     config = Config()
-    config.JobManager.backend_class = FakeKubeBackend
+    config.JobManager.backend_class = FakeClusterBackend
     config.JobManager.user_root_template = str(tmp_path / "hub" / "{username}")
     config.JobManager.poll_interval_s = 0.05
     config.KubeJobsBackend.home_mount_path = str(volume)  # where the pod mounts the claim

@@ -15,7 +15,7 @@ from typing import Any
 import jobnotebooks as nbs
 import pytest
 from brokerkit import call, start_broker, static_tokens
-from kubefake import FakeKube
+from kubefake import FakeClusterBackend, FakeKube
 from kubejobkit import run_spec
 from traitlets.config import Config
 
@@ -153,20 +153,13 @@ def test_a_pod_no_node_takes_waits_with_the_schedulers_words_bounded(fake: FakeK
 # ------------------------------------------------------------------ through the real broker
 
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
-SHARED: dict[str, FakeKube] = {}
+SHARED = FakeClusterBackend.clusters
 
 
-class FakeClusterBackend(KubeJobsBackend):
-    """The Kubernetes backend, talking to the test's FakeKube."""
+class WaitingBackend(FakeClusterBackend):
+    """The stand-in's backend with the test's image and a short image-pull timeout."""
 
-    @classmethod
-    def create(cls, settings: Any) -> KubeJobsBackend:
-        backend = super().create(settings)
-        backend.client = SHARED["fake"]
-        backend.poll_min_interval_s = 0.05
-        backend.image = IMAGE
-        backend.image_pull_timeout_s = 1.5
-        return backend
+    overrides = {"image": IMAGE, "image_pull_timeout_s": 1.5}
 
 
 @pytest.mark.slow
@@ -176,7 +169,7 @@ async def test_the_broker_shows_the_wait_then_fails_the_job_and_releases_its_gra
     fake = SHARED["fake"] = FakeKube()
     fake.unpullable[IMAGE] = NOT_FOUND
     config = Config()
-    config.JobManager.backend_class = FakeClusterBackend
+    config.JobManager.backend_class = WaitingBackend
     config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
     config.JobManager.poll_interval_s = 0.05
     app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",

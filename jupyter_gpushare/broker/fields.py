@@ -34,6 +34,19 @@ def shorten(value: Any, limit: int = ECHO) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def json_object(raw: bytes) -> dict[str, Any]:
+    """The JSON object ``raw`` holds; a :class:`BadField` naming ``body`` when it is none."""
+    try:
+        body = json.loads(raw)
+    except RecursionError as exc:
+        raise BadField("body", "the body is nested too deeply") from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadField("body", "the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise BadField("body", "the body must be a JSON object")
+    return body
+
+
 class Fields:
     """Field readers bound to the broker's limits."""
 
@@ -47,15 +60,7 @@ class Fields:
             raise BrokerError(
                 413, f"the body is larger than {self.limits.max_body_bytes} bytes", "body"
             )
-        try:
-            body = json.loads(raw)
-        except RecursionError as exc:
-            raise BadField("body", "the body is nested too deeply") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadField("body", "the body must be a JSON object") from exc
-        if not isinstance(body, dict):
-            raise BadField("body", "the body must be a JSON object")
-        return body
+        return json_object(raw)
 
     def text(
         self,

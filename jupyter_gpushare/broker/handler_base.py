@@ -19,7 +19,7 @@ from typing import Any
 from tornado import web
 
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
-from .fields import BadField, Fields
+from .fields import BadField, Fields, json_object
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
 from .preempt import NoticeHub
@@ -46,15 +46,7 @@ class Context:
 def json_body(handler: web.RequestHandler) -> dict[str, Any]:
     """The JSON object of a request body of any size (jobs carry notebooks; the broker's
     own endpoints read bodies through :class:`~.fields.Fields`, bounded)."""
-    try:
-        body = json.loads(handler.request.body or b"{}")
-    except RecursionError as exc:
-        raise BadField("body", "the body is nested too deeply") from exc
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadField("body", "the body must be a JSON object") from exc
-    if not isinstance(body, dict):
-        raise BadField("body", "the body must be a JSON object")
-    return body
+    return json_object(handler.request.body or b"{}")
 
 
 # -- base ------------------------------------------------------------------------------------
