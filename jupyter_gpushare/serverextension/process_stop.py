@@ -78,6 +78,16 @@ def write_to_terminal(term: Any, text: str) -> bool:
     return True
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, killed but not yet reaped, does not)."""
+    import psutil
+
+    try:
+        return _alive(psutil.Process(pid))
+    except psutil.Error:
+        return False
+
+
 def _alive(proc: Any) -> bool:
     import psutil
 

@@ -35,7 +35,7 @@ from ..telemetry.simulated import SimulatedSampler
 from ..telemetry.watchdog import ACTIONS, LimitWatchdog, Violation, watchdog_applies
 from .kernel_messages import run_in_kernel, watcher_code
 from .notices import notice_text, notices_of, with_time_left
-from .process_stop import stop_process, where_is, write_to_terminal
+from .process_stop import pid_alive, stop_process, where_is, write_to_terminal
 
 log = logging.getLogger(__name__)
 
@@ -435,13 +435,12 @@ class TelemetryService:
         return "done"
 
     def _forget_dead_simulated(self) -> None:
-        import psutil
-
         sim = self.simulated_sampler
         if sim is None:
             return
         for pid in sim.process_memory():
-            if not psutil.pid_exists(pid):
+            # a killed process its parent has not reaped yet is a zombie: dead, using nothing
+            if not pid_alive(pid):
                 sim.set_process_memory(pid, 0)
 
     def _watch_kernels(self) -> None:
