@@ -417,15 +417,7 @@ def copy_db(seeded: str, arm: str, tmp: Path, pg: PgServer | None) -> str:
         target = tmp / f"{arm}.sqlite"
         shutil.copyfile(seeded.removeprefix("sqlite:///"), target)
         return f"sqlite:///{target}"
-    import psycopg2  # noqa: PLC0415
-
-    conn = psycopg2.connect(host="127.0.0.1", port=pg.port, user="postgres", dbname="postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{arm}"')
-        cur.execute(f'CREATE DATABASE "{arm}" TEMPLATE "{seeded.rpartition("/")[2]}"')
-    conn.close()
-    return f"{seeded.rpartition('/')[0]}/{arm}"
+    return pg.new_database(arm, template=seeded.rpartition("/")[2])
 
 
 def run_one(

@@ -396,3 +396,29 @@ class FakeClusterBackend(KubeJobsBackend):
         for name, value in cls.overrides.items():
             setattr(backend, name, value)
         return backend
+
+
+JOBS_POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
+
+
+async def start_broker_on(
+    fake: FakeKube,
+    tmp_path: Path,
+    backend_class: type[FakeClusterBackend] = FakeClusterBackend,
+    teams: dict[str, list[str]] | None = None,
+    config: Any = None,
+) -> Any:
+    """A real in-process broker (tests/brokerkit.py) whose batch jobs run as Kubernetes Jobs
+    on ``fake``, polled every 0.05 s, users' files under ``tmp_path/home/<user>``."""
+    from brokerkit import start_broker, static_tokens
+    from traitlets.config import Config
+
+    from jupyter_gpushare.policy import load_policy
+
+    FakeClusterBackend.clusters["fake"] = fake
+    config = config if config is not None else Config()
+    config.JobManager.backend_class = backend_class
+    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
+    config.JobManager.poll_interval_s = 0.05
+    return await start_broker(load_policy(str(JOBS_POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
+                              static_tokens(teams or {"alice": ["vision"]}), config=config)

@@ -98,7 +98,9 @@ class PgServer:
             cmd = ["runuser", "-u", self.user, "--", *cmd]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
-    def new_database(self, name: str) -> str:
+    def new_database(self, name: str, template: str | None = None) -> str:
+        """A new empty database (a copy of ``template`` if given, e.g. a seeded one), dropped
+        first if it exists; its SQLAlchemy URL."""
         import psycopg2
 
         conn = psycopg2.connect(
@@ -107,7 +109,8 @@ class PgServer:
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            cur.execute(f'CREATE DATABASE "{name}"')
+            copy = f' TEMPLATE "{template}"' if template else ""
+            cur.execute(f'CREATE DATABASE "{name}"{copy}')
         conn.close()
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{name}"
 

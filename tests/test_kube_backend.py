@@ -18,7 +18,7 @@ import jobnotebooks as nbs
 import kubernetes_validate
 import pytest
 from brokerkit import call, start_broker, static_tokens
-from kubefake import FakeClusterBackend, FakeKube
+from kubefake import FakeKube, start_broker_on
 from kubejobkit import run_spec
 from traitlets.config import Config
 
@@ -238,7 +238,6 @@ def test_settings_reach_the_manifest(fake: FakeKube) -> None:
 # ------------------------------------------------------------------ through the real broker
 
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
-SHARED = FakeClusterBackend.clusters
 
 
 async def _wait(app: Any, job_id: str, pred: Any, timeout: float = 30) -> dict:
@@ -253,13 +252,8 @@ async def _wait(app: Any, job_id: str, pred: Any, timeout: float = 30) -> dict:
 
 @pytest.mark.slow
 async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) -> None:
-    fake = SHARED["fake"] = FakeKube()
-    config = Config()
-    config.JobManager.backend_class = FakeClusterBackend
-    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
-    config.JobManager.poll_interval_s = 0.05
-    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
-                             static_tokens({"alice": ["vision"]}), config=config)
+    fake = FakeKube()
+    app = await start_broker_on(fake, tmp_path)
     try:
         status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
             "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 300,
@@ -324,13 +318,8 @@ async def test_the_broker_runs_a_job_through_the_kube_backend(tmp_path: Path) ->
 
 @pytest.mark.slow
 async def test_the_runtime_limit_counts_from_kueues_admission(tmp_path: Path) -> None:
-    fake = SHARED["fake"] = FakeKube()
-    config = Config()
-    config.JobManager.backend_class = FakeClusterBackend
-    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
-    config.JobManager.poll_interval_s = 0.05
-    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
-                             static_tokens({"alice": ["vision"]}), config=config)
+    fake = FakeKube()
+    app = await start_broker_on(fake, tmp_path)
     try:
         status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
             "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 1})

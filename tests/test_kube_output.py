@@ -21,18 +21,15 @@ from typing import Any
 import jobnotebooks as nbs
 import pytest
 import pytest_asyncio
-from brokerkit import BASE, call, start_broker, static_tokens
-from kubefake import FakeClusterBackend, FakeKube
+from brokerkit import BASE, call
+from kubefake import FakeClusterBackend, FakeKube, start_broker_on
 from kubejobkit import NOTEBOOK
 from pytest_jupyter.jupyter_server import *  # noqa: F403 (fixtures)
 from telemetry_fakes import EXT_CONFIG, clear_gpushare_env
 from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
-from jupyter_gpushare.policy import load_policy
-
 pytestmark = pytest.mark.slow
-POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
 FAKE = FakeClusterBackend.clusters
 
 
@@ -58,15 +55,10 @@ def jp_root_dir(volume: Path) -> Path:
 
 @pytest_asyncio.fixture
 async def broker(tmp_path: Path, volume: Path, monkeypatch: Any) -> Any:
-    FAKE["fake"] = FakeKube()
     config = Config()
-    config.JobManager.backend_class = FakeClusterBackend
-    config.JobManager.user_root_template = str(tmp_path / "hub" / "{username}")
-    config.JobManager.poll_interval_s = 0.05
     config.KubeJobsBackend.home_mount_path = str(volume)  # where the pod mounts the claim
-    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
-                             static_tokens({"alice": ["vision"], "bob": ["nlp"]}),
-                             config=config)
+    app = await start_broker_on(FakeKube(), tmp_path,
+                                teams={"alice": ["vision"], "bob": ["nlp"]}, config=config)
     clear_gpushare_env(monkeypatch)
     monkeypatch.setenv("GPUSHARE_BROKER_URL", f"http://127.0.0.1:{app.port}{BASE}")
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "tok-alice-srv")  # alice's server's token

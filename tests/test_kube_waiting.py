@@ -14,15 +14,13 @@ from typing import Any
 
 import jobnotebooks as nbs
 import pytest
-from brokerkit import call, start_broker, static_tokens
-from kubefake import FakeClusterBackend, FakeKube
+from brokerkit import call
+from kubefake import FakeClusterBackend, FakeKube, start_broker_on
 from kubejobkit import run_spec
-from traitlets.config import Config
 
 from jupyter_gpushare.backends.base import RunHandle
 from jupyter_gpushare.backends.kube import KubeJobsBackend
 from jupyter_gpushare.backends.kube_waiting import TEXT_LIMIT
-from jupyter_gpushare.policy import load_policy
 
 NAME = "gpushare-job-0123456789abcdef0123-a1"
 IMAGE = "quay.io/example/notebook:nope"
@@ -152,9 +150,6 @@ def test_a_pod_no_node_takes_waits_with_the_schedulers_words_bounded(fake: FakeK
 
 # ------------------------------------------------------------------ through the real broker
 
-POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
-SHARED = FakeClusterBackend.clusters
-
 
 class WaitingBackend(FakeClusterBackend):
     """The stand-in's backend with the test's image and a short image-pull timeout."""
@@ -166,14 +161,9 @@ class WaitingBackend(FakeClusterBackend):
 async def test_the_broker_shows_the_wait_then_fails_the_job_and_releases_its_grant(
     tmp_path: Path,
 ) -> None:
-    fake = SHARED["fake"] = FakeKube()
+    fake = FakeKube()
     fake.unpullable[IMAGE] = NOT_FOUND
-    config = Config()
-    config.JobManager.backend_class = WaitingBackend
-    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
-    config.JobManager.poll_interval_s = 0.05
-    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
-                             static_tokens({"alice": ["vision"]}), config=config)
+    app = await start_broker_on(fake, tmp_path, WaitingBackend)
     try:
         status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
             "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 300})
