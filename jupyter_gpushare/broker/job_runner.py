@@ -15,7 +15,8 @@ policy, one ledger); its grant lives exactly as long as its run:
   ended meanwhile are settled from their status file, the rest requeued or failed with a
   reason (:func:`~jupyter_gpushare.core.jobs.restart_verdict`); nothing starts twice.
 
-Backend calls (process start, polls, signals, file reads) run in a worker thread.
+Backend calls (process start, polls, signals, file reads) run in a worker thread. What a
+run's end writes (outcome, grant release, node failure, requeue) is in :mod:`.job_outcome`.
 """
 
 from __future__ import annotations
@@ -29,22 +30,14 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import select
 
 from ..backends.base import JobBackend, RunHandle, RunSpec, RunStatus
-from ..core.jobs import (
-    JobState,
-    Verdict,
-    final_state,
-    may_requeue,
-    restart_verdict,
-)
+from ..core.jobs import JobState, Verdict, restart_verdict
 from ..core.model import UNIT, Grant, Kind
-from .db import grants_table, jobs_table
-from .ids import new_id
-from .job_settings import JobSettings
+from .db import jobs_table
+from .job_outcome import JobOutcomes
 from .job_spec import build_run_spec
 from .jobs import Job, JobStore
 from .node_return import NodeReturn
 from .preempt import BatchBackend
-from .serial import spec_to_request
 
 if TYPE_CHECKING:
     from .service import Broker
@@ -54,8 +47,9 @@ log = logging.getLogger("gpushare.broker.jobs")
 STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
 
 
-class JobManager(JobSettings):
-    """Owner of batch jobs: their store, their runs on the backend and their grants."""
+class JobManager(JobOutcomes):
+    """Owner of batch jobs: their store, their runs on the backend and their grants
+    (how a run's end is written: :class:`~.job_outcome.JobOutcomes`)."""
 
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -354,128 +348,6 @@ class JobManager(JobSettings):
             await self._call(self.backend.kill, handle)
         why = self._release_reason(job.grant_id) or "released"
         self.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
-
-    def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None:
-        """A run ended: release its grant and write the job's outcome (``drain``: decide
-        on the pool's queue again at once; the loop does it once for all that ended)."""
-        if status.node_failed and not status.finished and not job.cancel_requested:
-            self._node_failed(job, status, drain=drain)
-            return
-        over = bool(job.handle and job.handle.get("over_runtime"))
-        state = final_state(status.exit_code if status.finished else None,
-                            job.preempt_signalled or status.preempted, job.cancel_requested)
-        error = status.error
-        if over and not job.cancel_requested:
-            state = JobState.FAILED
-            reason = f"stopped: over its maximum runtime of {job.max_runtime_s}s"
-            error = {"summary": reason}
-        elif state is JobState.SUCCEEDED:
-            reason = "succeeded"
-        elif state is JobState.CANCELLED:
-            reason = "cancelled"
-        elif state is JobState.PREEMPTED:
-            reason = "preempted: " + (self._release_reason(job.grant_id) or status.reason
-                                      or "its grant was reclaimed")
-        elif status.finished:
-            reason = (error or {}).get("summary") or f"failed (exit code {status.exit_code})"
-        else:  # no result: the backend's reason where it has one (e.g. Slurm NODE_FAIL)
-            reason = (error or {}).get("summary") or (
-                f"its process ended without a result (exit code {status.exit_code})")
-            error = error or {"summary": reason}
-        hours = self._release(
-            job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED
-        )
-        self.store.transition(
-            job, state, reason, error=error, gpu_hours=job.gpu_hours + hours, grant_id=None,
-        )
-        if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
-            for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
-                self.backend.forget(old)
-
-    def _node_failed(self, job: Job, status: RunStatus, *, drain: bool) -> None:
-        """The run's node was lost (the backend says so, e.g. Slurm NODE_FAIL): drain the
-        node in the broker (resumed once the backend has it back, :mod:`.node_return`, or
-        by an admin), release the grant, and requeue a job that checkpoints as a new
-        attempt, placed elsewhere; fail the others with the backend's reason."""
-        node = str(status.node_failed)
-        why = (status.error or {}).get("summary") or f"its node {node} failed"
-        known = self.broker.state.nodes.get(node)
-        if known is not None and not known.cordoned:
-            self.broker.set_cordon(node, True)
-            self.node_return.drained(node)
-            log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
-        checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)
-        hours = self._release(job, f"job's node {node} failed", drain=drain and not checkpoints)
-        if checkpoints:
-            self.store.note(job, f"{why}; node {node} drained", grant_id=None,
-                            gpu_hours=job.gpu_hours + hours)
-            self._ask_again(job, job.attempt + 1, f"requeued after node {node} failed "
-                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
-            return
-        self.store.transition(job, JobState.FAILED, why, error=status.error, grant_id=None,
-                              gpu_hours=job.gpu_hours + hours)
-        for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
-            self.backend.forget(old)
-
-    def _release(self, job: Job, reason: str, *, drain: bool = True) -> float:
-        """Release the job's grant if it still lives; the GPU-hours of this attempt."""
-        now = self.broker.clock()
-        grant = self.broker.state.grants.get(job.grant_id or "")
-        if grant is not None:
-            self.broker.release(grant.id, f"released: {reason}", drain=drain)
-            return grant.units_milli / UNIT * max(0.0, now - grant.granted_at) / 3600.0
-        if not job.grant_id:
-            return 0.0
-        with self.broker.engine.connect() as conn:
-            row = conn.execute(
-                select(grants_table.c.units_milli, grants_table.c.granted_at,
-                       grants_table.c.released_at).where(grants_table.c.id == job.grant_id)
-            ).first()
-        if row is None:
-            return 0.0
-        end = row.released_at if row.released_at is not None else now
-        return row.units_milli / UNIT * max(0.0, end - row.granted_at) / 3600.0
-
-    def _release_reason(self, grant_id: str | None) -> str | None:
-        if not grant_id:
-            return None
-        info = self.broker.preempt_info.get(grant_id)
-        if info:
-            return info[0]
-        with self.broker.engine.connect() as conn:
-            return conn.execute(
-                select(grants_table.c.release_reason).where(grants_table.c.id == grant_id)
-            ).scalar()
-
-    def _requeue_or_fail(self, job: Job) -> None:
-        if job.grant_id and job.grant_id in self.broker.state.grants:
-            self._release(job, "job preempted", drain=False)
-            return  # asked again on the next pass, after the preemptor got its grant
-        if job.cancel_requested:
-            self.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
-        elif may_requeue(job.attempt, self.max_attempts):
-            self._ask_again(job, job.attempt + 1, f"requeued after preemption "
-                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
-        else:
-            self.store.transition(
-                job, JobState.FAILED, f"preempted {job.attempt} times (max_attempts)",
-            )
-
-    def _ask_again(self, job: Job, attempt: int, reason: str) -> None:
-        """Queue ``job`` again with a new batch request (same spec, same age)."""
-        rid = new_id("r")
-        spec = dict(job.request_spec, id=rid)
-        changes: dict[str, Any] = dict(
-            request_id=rid, attempt=attempt, grant_id=None, handle=None,
-            preempt_signalled=False,
-        )
-        if job.state is JobState.QUEUED:
-            self.store.note(job, reason, **changes)
-        else:
-            self.store.transition(job, JobState.QUEUED, reason, **changes)
-        view = self.broker.submit(spec_to_request(spec))
-        if view["status"] == "refused":
-            self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
 
     # -- preemption, from the broker's preemption runner ------------------------------------
 
