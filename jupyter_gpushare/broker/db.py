@@ -36,6 +36,7 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     select,
     text,
 )
@@ -111,6 +112,10 @@ nodes_table = Table(
     Column("name", String(255), primary_key=True),
     Column("cordoned", Boolean, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # schema 5: why the broker itself drained the node (a run was lost with it, e.g. Slurm's
+    # NODE_FAIL), so it resumes the node once the engine has it back, across its restarts;
+    # NULL: no drain, or an admin's (any other write clears it)
+    Column("broker_drain", Text, nullable=True),
 )
 
 heartbeats_table = Table(
@@ -251,11 +256,19 @@ def _m4_usage(conn: Connection) -> None:
     heartbeats_ts_index.create(conn, checkfirst=True)
 
 
+def _m5_node_broker_drain(conn: Connection) -> None:
+    # a database made since has the column already (schema 1 creates the table as it is now)
+    if "broker_drain" not in {c["name"] for c in inspect(conn).get_columns(nodes_table.name)}:
+        kind = nodes_table.c.broker_drain.type.compile(dialect=conn.dialect)
+        conn.execute(text(f"ALTER TABLE {nodes_table.name} ADD COLUMN broker_drain {kind}"))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
     (2, "batch jobs: jobs, their notebook snapshots and state history", _m2_jobs),
     (3, "measured use per grant and GPU, power per node and hour", _m3_grant_use),
     (4, "measured use per team, pool and month; heartbeats by time", _m4_usage),
+    (5, "nodes: the broker's own drain after a run was lost with the node", _m5_node_broker_drain),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

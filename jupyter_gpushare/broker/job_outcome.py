@@ -92,7 +92,7 @@ class JobOutcomes(JobSettings):
         why = (status.error or {}).get("summary") or f"its node {node} failed"
         known = self.broker.state.nodes.get(node)
         if known is not None and not known.cordoned:
-            self.broker.set_cordon(node, True)
+            self.broker.set_cordon(node, True, broker_drain=why[:300])
             self.node_return.drained(node)
             log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
         checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)

@@ -80,6 +80,7 @@ class JobManager(JobOutcomes):
         if hasattr(self.backend, "on_exit"):  # a run that ends wakes the loop at once
             self.backend.on_exit = lambda: loop.call_soon_threadsafe(self.wake.set)
         await self.recover()
+        self.node_return.load()  # the nodes it drained before a restart wait again
         self._stopping = False
         self._task = asyncio.ensure_future(self._loop())
 

@@ -2,15 +2,17 @@
 them back in service.
 
 A backend that reports a run lost with its node (``RunStatus.node_failed``, e.g. Slurm's
-``NODE_FAIL``) makes the job loop drain that node (:meth:`JobManager._node_failed`). This
-remembers each node the loop drained so, with the ``updated_at`` its drain wrote into
-``gpushare_nodes``. While any wait, it asks the backend every
-``backend.node_return_interval_s`` which of them are back
+``NODE_FAIL``) makes the job loop drain that node (:meth:`JobManager._node_failed`), with
+the reason in the node's ``broker_drain`` column of ``gpushare_nodes``. This remembers each
+node the loop drained so, with the ``updated_at`` its drain wrote. While any wait, it asks
+the backend every ``backend.node_return_interval_s`` which of them are back
 (:meth:`~jupyter_gpushare.backends.base.JobBackend.nodes_in_service`, in a worker thread)
 and resumes those whose row is still that drain. A node an admin drained, resumed or
-drained again since (any write to its row) is the admin's: it is forgotten and never
-resumed here. The memory is this process's (bounded by the policy's nodes): after a
-restart of the broker, a node it drained before stays drained until an admin resumes it.
+drained again since (any write to its row, which clears ``broker_drain``) is the admin's:
+it is forgotten and never resumed here. The record is the database's: on start
+(:meth:`NodeReturn.load`) the nodes still drained with a ``broker_drain`` wait again, so a
+restart of the broker leaves nothing for an admin to resume by hand. Bounded by the
+policy's nodes.
 """
 
 from __future__ import annotations
@@ -50,15 +52,39 @@ class NodeReturn:
     def _row(self, node: str) -> Any:
         with self.broker.engine.connect() as conn:
             return conn.execute(
-                select(nodes_table.c.cordoned, nodes_table.c.updated_at)
+                select(nodes_table.c.cordoned, nodes_table.c.updated_at,
+                       nodes_table.c.broker_drain)
                 .where(nodes_table.c.name == node)
             ).first()
+
+    @staticmethod
+    def _ours(row: Any) -> bool:
+        """Whether a node's row is (still) the broker's own drain."""
+        return row is not None and bool(row.cordoned) and row.broker_drain is not None
 
     def drained(self, node: str) -> None:
         """The job loop has just drained ``node`` because a run was lost with it."""
         row = self._row(node)
-        if row is not None and row.cordoned:
+        if self._ours(row):
             self._drained[node] = float(row.updated_at)
+
+    def load(self) -> list[str]:
+        """On start: the nodes the broker drained before (still drained, with their
+        ``broker_drain``, in the policy) wait for the engine again; returns them."""
+        with self.broker.engine.connect() as conn:
+            rows = list(conn.execute(
+                select(nodes_table.c.name, nodes_table.c.updated_at, nodes_table.c.broker_drain)
+                .where(nodes_table.c.cordoned, nodes_table.c.broker_drain.is_not(None))
+            ))
+        found = []
+        for row in rows:
+            if row.name in self.broker.state.nodes:
+                self._drained[row.name] = float(row.updated_at)
+                found.append(row.name)
+                log.warning("node %s: drained by the broker before its restart (%s); resumed "
+                            "once the %s backend has it back", row.name, row.broker_drain,
+                            self.backend.name)
+        return found
 
     def due(self) -> bool:
         return bool(self._drained) and not self._busy and time.monotonic() >= self._next
@@ -79,7 +105,7 @@ class NodeReturn:
         resumed = []
         for node, stamp in list(self._drained.items()):
             row = self._row(node)
-            if row is None or not row.cordoned or float(row.updated_at) != stamp:
+            if not self._ours(row) or float(row.updated_at) != stamp:
                 del self._drained[node]  # an admin resumed or drained it since: theirs
                 log.info("node %s: drained or resumed by an admin since the broker drained "
                          "it; left to the admin", node)

@@ -143,19 +143,28 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
 
     # -- nodes ------------------------------------------------------------------------------
 
-    def set_cordon(self, node: str, cordoned: bool) -> dict[str, Any]:
+    def set_cordon(
+        self, node: str, cordoned: bool, *, broker_drain: str | None = None
+    ) -> dict[str, Any]:
+        """Drain (``cordoned``) or resume ``node``. ``broker_drain``: why the broker itself
+        drains it (the job loop, a run was lost with it), kept in the node's row so it is
+        resumed once the engine has it back (:mod:`.node_return`); every other write (an
+        admin's drain or resume, the broker's resume) clears it."""
         if node not in self.state.nodes:
             raise BrokerError(404, f"unknown node {node!r}")
         now = self.clock()
+        drain = broker_drain if cordoned else None
         with self.engine.begin() as conn:
             updated = conn.execute(
                 nodes_table.update()
                 .where(nodes_table.c.name == node)
-                .values(cordoned=cordoned, updated_at=now)
+                .values(cordoned=cordoned, updated_at=now, broker_drain=drain)
             ).rowcount
             if not updated:
                 conn.execute(
-                    nodes_table.insert().values(name=node, cordoned=cordoned, updated_at=now)
+                    nodes_table.insert().values(
+                        name=node, cordoned=cordoned, updated_at=now, broker_drain=drain
+                    )
                 )
         self.state.cordon(node, cordoned)
         if not cordoned:
