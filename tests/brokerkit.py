@@ -9,6 +9,7 @@ returns it (``app.port``, ``await app.stop_async()``).
 from __future__ import annotations
 
 import json
+import os
 import socket
 from typing import Any
 
@@ -22,6 +23,11 @@ ACCESS = "access:services!service=gpushare"
 BASE = "/services/gpushare/api/v1"
 
 AsyncHTTPClient.configure(None, max_clients=512)
+
+
+COMMIT_THREAD = os.environ.get("GPUSHARE_TEST_COMMIT_THREAD", "auto")
+"""``BrokerApp.commit_thread`` of the brokers tests start (``on``: the writer thread on SQLite
+too, to run a test file against it)."""
 
 
 def free_port() -> int:
@@ -83,6 +89,7 @@ def static_tokens(users: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
 async def start_broker(
     policy: Any, db_url: str, tokens: dict[str, Any], **traits: Any
 ) -> BrokerApp:
+    traits.setdefault("commit_thread", COMMIT_THREAD)
     app = BrokerApp(
         policy=policy,
         db_url=db_url,

@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets import Any as AnyTrait
-from traitlets import Bool, Float, Integer, Type, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Float, Integer, Type, Unicode, default
 from traitlets.config import Application
 
 from ..core.model import Policy
@@ -122,6 +122,16 @@ class BrokerApp(Application):
         config=True,
         help="Write the hot paths (admission, release) through the DB-API driver directly "
         "(SQLite, PostgreSQL+psycopg2); False: SQLAlchemy Core for every write.",
+    )
+    commit_thread = CaselessStrEnum(
+        ["auto", "on", "off"],
+        "auto",
+        config=True,
+        help="Commit the hot-path writes (admission, release) on a writer thread, grouped, "
+        "instead of on the event loop (broker/commitpipe.py): a change is applied at once and "
+        "its client answered once it is durable. auto: on for PostgreSQL, whose commit is a "
+        "network round trip (0.3 ms mean, 2-3 ms p99) the loop would otherwise wait for; off "
+        "for SQLite, whose commit takes tens of microseconds. Needs raw_sql.",
     )
     sqlite_checkpoint_interval_s = Float(
         1.0,
@@ -321,6 +331,11 @@ class BrokerApp(Application):
         )
         return self.web_app
 
+    def _commit_thread_wanted(self) -> bool:
+        if self.commit_thread == "off" or self.broker.fast is None:
+            return False
+        return self.commit_thread == "on" or self.engine.dialect.name == "postgresql"
+
     def _cookie_secret(self) -> bytes:
         """The secret that signs login cookies, kept in ``cookie_secret_file``."""
         if not self.cookie_secret_file:
@@ -382,6 +397,8 @@ class BrokerApp(Application):
             len(self.broker.pending),
             len(changes),
         )
+        if self._commit_thread_wanted():
+            self.broker.start_commit_thread(asyncio.get_running_loop())
         await self.jobs.start()
         if self.policy_file and self.policy is None and not self.policy_factory:
             self.reloader = PolicyReloader(

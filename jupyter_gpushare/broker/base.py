@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from ..core.model import Policy, Request
 from ..core.state import ClusterState
 from . import fastsql
+from .commitpipe import CommitPipeline, Statements
 from .effects import Effects, NoEffects, NoObserver, Observer
 from .ledger_month import MonthLedger
 from .limits import BrokerLimits
@@ -65,6 +66,8 @@ class BrokerBase:
             if raw_sql and fastsql.supported(engine)
             else None
         )
+        # the writer thread for those writes (None: they commit on the caller's thread)
+        self.commits: CommitPipeline | None = None
         self.clock = clock
         self.effects: Effects = effects or NoEffects()
         self.observer: Observer = observer or NoObserver()
@@ -91,9 +94,35 @@ class BrokerBase:
         self.policy_notices: dict[str, dict[str, Any]] = {}
 
     def close(self) -> None:
-        """Close the fast-path connection (and its checkpoint thread)."""
+        """Commit what is queued, then close the fast-path connection (and its threads)."""
+        if self.commits is not None:
+            self.commits.close()
+            self.commits = None
         if self.fast is not None:
             self.fast.close()
+
+    def write_fast(self, statements: Statements) -> None:
+        """Write one change through the fast path: committed before this returns, or, with
+        the writer thread (:mod:`.commitpipe`), enqueued (raises before enqueueing while a
+        failed commit is being recovered from, so the caller applies nothing)."""
+        assert self.fast is not None
+        if self.commits is not None:
+            self.commits.write(statements)
+        else:
+            self.fast.write(statements)
+
+    async def durable(self) -> None:
+        """Return once every change made so far is committed (handlers await this before
+        they answer); raises :class:`~.commitpipe.CommitFailed` if one of them failed."""
+        if self.commits is not None:
+            await self.commits.wait()
+
+    def ensure_durable(self) -> None:
+        """:meth:`durable`, blocking (for an answer sent without awaiting it)."""
+        commits = self.commits
+        if commits is not None and not commits.check(commits.enqueued):
+            commits.flush()
+            commits.check(commits.enqueued)
 
     def measured_view(self, team: str, pool: str) -> dict[str, Any] | None:
         """Measured use of a team in a pool this month (see :mod:`.heartbeats`)."""

@@ -62,6 +62,8 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
         self.login = ctx.login
         self._t0 = time.perf_counter()
         self.fields = Fields(ctx.broker.limits)
+        commits = ctx.broker.commits
+        self._seq0 = commits.enqueued if commits is not None else 0
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -128,7 +130,28 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
             type(self).__name__, self.request.method or "", time.perf_counter() - self._t0
         )
 
+    def _wrote(self) -> bool:
+        """Whether a change was enqueued on the writer thread since this request began."""
+        commits = self.ctx.broker.commits
+        return commits is not None and commits.enqueued > self._seq0
+
+    async def settle(self) -> None:
+        """Return once every change this request made is durable (the loop serves other
+        requests meanwhile); raises a 503 if one of them failed."""
+        if self._wrote():
+            await self.ctx.broker.durable()
+
+    async def answer(self, data: Any, status: int = 200) -> None:
+        """Send ``data`` once every change this request made is durable (the handlers that
+        change grants answer with this)."""
+        await self.settle()
+        self.send(data, status)
+
     def send(self, data: Any, status: int = 200) -> None:
+        """Send ``data`` as JSON; if this request changed something that is not durable
+        yet, first wait for it, blocking (:meth:`answer` waits without blocking)."""
+        if self._wrote():
+            self.ctx.broker.ensure_durable()
         self.set_status(status)
         self.finish(json.dumps(data))
 

@@ -105,7 +105,7 @@ class RequestsHandler(BaseHandler):
         self._one_grant_per_holder(user, server, kind)
         req = make_request(broker.policy, request_id=rid, user=user, team=team, body=spec, now=now)
         view = broker.submit(req, idempotency_key=idem)
-        self.send(view, 409 if view["status"] == "refused" else 201)
+        await self.answer(view, 409 if view["status"] == "refused" else 201)
 
     def _check_rules(
         self, teams: tuple[str, ...], team: str | None, profile: Any, spec: dict[str, Any]
@@ -236,10 +236,10 @@ class RequestHandler(BaseHandler):
     def get(self, request_id: str) -> None:
         self.send(self._load(request_id))
 
-    def delete(self, request_id: str) -> None:
+    async def delete(self, request_id: str) -> None:
         view = self._load(request_id)
         self.require(self.identity.may_act_for(view["user"], view["server"]), "not your request")
-        self.send(self.ctx.broker.cancel(request_id))
+        await self.answer(self.ctx.broker.cancel(request_id))
 
 
 class GrantsHandler(BaseHandler):
@@ -290,6 +290,7 @@ class GrantHandler(BaseHandler):
                 except HubError as exc:
                     raise BrokerError(503, "cannot ask the hub to stop the server") from exc
         released = broker.release(grant_id, "released by holder")
+        await self.settle()  # before get_grant, which reads the released row back
         self.send({"released": released, "grant": broker.get_grant(grant_id)})
 
     async def _server_running(self, user: str, server: str) -> bool:

@@ -8,7 +8,11 @@ loop, changes are serialised without a lock):
 3. only after the commit, apply it to the in-memory state.
 
 If the commit fails nothing is applied, so the state never holds what the database does
-not. Side effects that talk to the outside (stopping a hub server, preempting a batch job)
+not. With the writer thread (:mod:`.commitpipe`, PostgreSQL by default), step 2 enqueues
+the transaction instead and the handler answers once it is durable; a failed commit makes
+the broker rebuild its state from the database.
+
+Side effects that talk to the outside (stopping a hub server, preempting a batch job)
 live in :mod:`.preempt`; this module only schedules them through :class:`~.effects.Effects`.
 """
 
@@ -143,7 +147,7 @@ class LifecycleMixin(ViewsMixin):
             spec_json = fastsql.dumps(row["spec"])
             statements = [("insert_request", fastsql.request_params(row, spec_json))]
             statements += _grant_and_victim_statements(grant, marks, spec_json)
-            self.fast.write(statements)
+            self.write_fast(statements)
         else:
             with self.engine.begin() as conn:
                 conn.execute(requests_table.insert(), row)
@@ -252,7 +256,7 @@ class LifecycleMixin(ViewsMixin):
             return False
         now = self.clock()
         if self.fast is not None:
-            self.fast.write(
+            self.write_fast(
                 [
                     ("close_grant", (now, reason, grant_id)),
                     ("close_request", (now, grant.request.id)),
@@ -307,7 +311,7 @@ class LifecycleMixin(ViewsMixin):
                 )
             ]
             statements += _grant_and_victim_statements(grant, marks)
-            self.fast.write(statements)
+            self.write_fast(statements)
         else:
             with self.engine.begin() as conn:
                 conn.execute(

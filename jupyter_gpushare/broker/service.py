@@ -15,18 +15,20 @@ heartbeats. Errors, ids, effects and row builders are re-exported from here.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import logging
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from ..core.model import Grant, Policy, from_milli
 from ..core.state import CapacityError, ClusterState
 from . import livegrants
 from .base import LIVE_STATUSES, BrokerBase, Pending
+from .commitpipe import CommitPipeline
 from .consistency import ConsistencyMixin
 from .db import grants_table, migrate, nodes_table, requests_table
 from .effects import Effects, NoEffects, NoObserver, Observer
@@ -140,6 +142,42 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
         for line in changes:
             log.warning("start: %s", line)
         return changes
+
+    # -- commits on the writer thread ---------------------------------------------------------
+
+    def start_commit_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Commit the fast-path writes on a writer thread from now on (:mod:`.commitpipe`);
+        every SQLAlchemy transaction on the engine first waits for the queue to be empty."""
+        if self.fast is None:
+            raise ValueError("the writer thread needs the fast path (raw_sql)")
+        if self.commits is not None:
+            return
+        self.commits = CommitPipeline(self.fast, loop, self._after_failed_commit)
+        event.listen(self.engine, "begin", self._wait_for_commits)
+
+    def _wait_for_commits(self, conn: object) -> None:
+        commits = self.commits
+        if commits is not None:
+            commits.flush()
+
+    def close(self) -> None:
+        if self.commits is not None:
+            event.remove(self.engine, "begin", self._wait_for_commits)
+        super().close()
+
+    def _after_failed_commit(self) -> None:
+        """Rebuild the state from the database after a failed commit, then accept writes
+        again; while the database cannot be read, try again every second."""
+        commits = self.commits
+        if commits is None:
+            return
+        try:
+            self.load()
+        except Exception as exc:
+            log.error("commits: cannot rebuild the state from the database yet: %s", exc)
+            commits.loop.call_later(1.0, self._after_failed_commit)
+            return
+        commits.resume()
 
     # -- nodes ------------------------------------------------------------------------------
 

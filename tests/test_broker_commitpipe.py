@@ -1,0 +1,227 @@
+"""Commits on the writer thread (broker/commitpipe.py), against a real database.
+
+A second connection takes the write lock, so the writer thread's commit waits for it; this
+shows what the pipeline promises, on SQLite and on a real PostgreSQL server:
+
+* an admission is applied at once but answered only once it is durable, and the event loop
+  serves other requests while the commit waits;
+* a failed commit answers 503 to every change not yet durable, keeps none of them (memory is
+  rebuilt from the database) and the broker then takes writes again;
+* a SQLAlchemy transaction (here: the idempotency lookup) waits for the queue, so it finds
+  a change answered or about to be;
+* changes that queued up while a commit waited go to the database together, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from brokerkit import call, start_broker, static_tokens
+from brokerpolicies import small
+from corefactory import request
+from pgserver import postgres  # noqa: F401  (fixture)
+from sqlalchemy import create_engine, func, select
+
+from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table
+from jupyter_gpushare.broker.service import Broker
+
+USERS = {"alice": ["a"], "bob": ["b"]}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/pipe.sqlite"
+    return str(request.getfixturevalue("postgres").new_database("pipe"))
+
+
+class WriteLock:
+    """Another connection holding the lock the broker's next insert needs."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self._sqlite: sqlite3.Connection | None = None
+        self._pg: Any = None
+
+    def hold(self) -> None:
+        if self.db_url.startswith("sqlite"):
+            path = self.db_url.split("///", 1)[1]
+            self._sqlite = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self._sqlite.execute("BEGIN IMMEDIATE")
+        else:
+            engine = create_engine(self.db_url)
+            self._pg = (engine, engine.connect())
+            self._pg[1].exec_driver_sql("LOCK TABLE gpushare_requests IN EXCLUSIVE MODE")
+
+    def release(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.execute("ROLLBACK")
+            self._sqlite.close()
+            self._sqlite = None
+        if self._pg is not None:
+            engine, conn = self._pg
+            conn.rollback()
+            conn.close()
+            engine.dispose()
+            self._pg = None
+
+    def break_waiting_writer(self, app: Any) -> None:
+        """Make the writer thread's waiting commit fail (as a lost database connection)."""
+        if self._sqlite is not None:
+            return  # its busy timeout, shortened by the test, runs out
+        _, conn = self._pg
+        conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND wait_event_type = 'Lock'"
+        )
+
+
+def rows(db_url: str, table: Any) -> list[Any]:
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(select(table)))
+    finally:
+        engine.dispose()
+
+
+def ask(server: str, fraction: float = 0.25, **extra: Any) -> dict[str, Any]:
+    return {"pool": "shared", "server": server, "gpu": {"fraction": fraction}, **extra}
+
+
+async def until(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def app(db_url: str) -> Any:
+    broker_app = await start_broker(small(), db_url, static_tokens(USERS), commit_thread="on")
+    yield broker_app
+    await broker_app.stop_async()
+
+
+async def test_answer_waits_for_the_commit_while_the_loop_serves(app: Any, db_url: str) -> None:
+    broker = app.broker
+    assert broker.commits is not None
+    status, first = await call(app, "POST", "/requests", "tok-alice", ask("warm"))
+    assert status == 201 and first["status"] == "granted", first
+    lock = WriteLock(db_url)
+    lock.hold()
+    try:
+        post = asyncio.ensure_future(call(app, "POST", "/requests", "tok-alice", ask("s1")))
+        await until(lambda: len(broker.state.grants) == 2)  # applied at once...
+        await asyncio.sleep(0.5)
+        assert not post.done(), "answered before the commit"  # ...answered only when durable
+        # the loop is free meanwhile: a read and another user's admission are served
+        status, health = await call(app, "GET", "/health")
+        assert status == 200 and health["status"] == "ok"
+        other = asyncio.ensure_future(call(app, "POST", "/requests", "tok-bob", ask("b1")))
+        await until(lambda: len(broker.state.grants) == 3)
+        assert not other.done()
+        assert len(rows(db_url, grants_table)) == 1  # only the warm-up grant is in the database
+    finally:
+        lock.release()
+    status, view = await post
+    assert status == 201 and view["status"] == "granted", view
+    status, view_b = await other
+    assert status == 201, view_b
+    in_db = {r.id for r in rows(db_url, grants_table)}
+    assert in_db == {first["grant_id"], view["grant_id"], view_b["grant_id"]}
+    assert broker.commits.broken is None
+
+
+async def test_a_failed_commit_keeps_nothing_and_the_broker_recovers(
+    app: Any, db_url: str
+) -> None:
+    broker = app.broker
+    status, first = await call(app, "POST", "/requests", "tok-alice", ask("warm"))
+    assert status == 201, first
+    if db_url.startswith("sqlite"):  # the writer's connection exists now: fail fast when locked
+        broker.fast._conn.execute("PRAGMA busy_timeout=300")
+    lock = WriteLock(db_url)
+    lock.hold()
+    try:
+        body = ask("s1", idempotency_key="k-s1")
+        posts = [
+            asyncio.ensure_future(call(app, "POST", "/requests", "tok-alice", body)),
+            asyncio.ensure_future(call(app, "POST", "/requests", "tok-bob", ask("b1"))),
+        ]
+        await until(lambda: len(broker.state.grants) == 3)
+        lock.break_waiting_writer(app)
+        answers = await asyncio.gather(*posts)
+    finally:
+        lock.release()
+    for status, err in answers:
+        assert status == 503 and err["code"] == "db_unavailable", err
+    await until(lambda: broker.commits.broken is None)
+    # nothing of the failed changes is kept, in memory or in the database
+    assert set(broker.state.grants) == {first["grant_id"]}
+    assert {r.id for r in rows(db_url, grants_table)} == {first["grant_id"]}
+    assert len(rows(db_url, requests_table)) == 1
+    # and the broker takes writes again: the retry with the same key is a new, durable grant
+    status, again = await call(app, "POST", "/requests", "tok-alice", body)
+    assert status == 201 and again["status"] == "granted", again
+    assert again["grant_id"] in {r.id for r in rows(db_url, grants_table)}
+    status, same = await call(app, "POST", "/requests", "tok-alice", body)
+    assert status == 201 and same["request_id"] == again["request_id"]
+
+
+async def test_changes_queued_behind_a_waiting_commit_go_together_in_order(
+    app: Any, db_url: str
+) -> None:
+    broker = app.broker
+    lock = WriteLock(db_url)
+    lock.hold()
+    try:
+        posts = [
+            asyncio.ensure_future(
+                call(app, "POST", "/requests", "tok-alice", ask(f"s{i}", fraction=0.125))
+            )
+            for i in range(24)
+        ]
+        await until(lambda: broker.commits.enqueued >= 24)
+        groups_before = broker.commits.groups
+    finally:
+        lock.release()
+    answers = await asyncio.gather(*posts)
+    assert all(status in (201, 409) for status, _ in answers), answers
+    assert broker.commits.largest_group >= 2  # group commit: not one round trip each
+    assert broker.commits.groups - groups_before < 24
+    # the database went through the same changes as memory
+    live = {r.id for r in rows(db_url, grants_table) if r.released_at is None}
+    assert live == set(broker.state.grants)
+    by_id = {r.id: r.status for r in rows(db_url, requests_table)}
+    for _, view in answers:
+        assert by_id[view["request_id"]] == view["status"]
+
+
+async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str) -> None:
+    engine = make_engine(db_url)
+    broker = Broker(small(), engine)
+    broker.load()
+    broker.start_commit_thread(asyncio.get_running_loop())
+    lock = WriteLock(db_url)
+    try:
+        lock.hold()
+        view = broker.submit(request("a", "shared", user="alice"), idempotency_key="k1")
+        assert view["status"] == "granted"
+        threading.Timer(0.5, lock.release).start()
+        # blocks (on this loop) until the insert above is committed, then finds it
+        found = broker.find_idempotent("alice", "k1")
+        assert found is not None and found["request_id"] == view["request_id"]
+        await broker.durable()
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(grants_table)).scalar() == 1
+    finally:
+        broker.close()
+        engine.dispose()
