@@ -8,6 +8,7 @@ themselves are mixins (:mod:`.ledger`, :mod:`.views`, :mod:`.lifecycle`,
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,7 @@ from sqlalchemy import Engine
 from ..core.model import Policy, Request
 from ..core.state import ClusterState
 from . import fastsql
-from .commitpipe import CommitPipeline, Statements
+from .commitpipe import CommitFailed, CommitPipeline, Statements
 from .effects import Effects, NoEffects, NoObserver, Observer
 from .ledger_month import MonthLedger
 from .limits import BrokerLimits
@@ -68,6 +69,10 @@ class BrokerBase:
         )
         # the writer thread for those writes (None: they commit on the caller's thread)
         self.commits: CommitPipeline | None = None
+        # (user, idempotency key) -> (sequence number, answer) of admissions not yet durable
+        self.unsettled_keys: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = (
+            OrderedDict()
+        )
         self.clock = clock
         self.effects: Effects = effects or NoEffects()
         self.observer: Observer = observer or NoObserver()
@@ -101,15 +106,36 @@ class BrokerBase:
         if self.fast is not None:
             self.fast.close()
 
-    def write_fast(self, statements: Statements) -> None:
+    def write_fast(self, statements: Statements) -> int:
         """Write one change through the fast path: committed before this returns, or, with
         the writer thread (:mod:`.commitpipe`), enqueued (raises before enqueueing while a
-        failed commit is being recovered from, so the caller applies nothing)."""
+        failed commit is being recovered from, so the caller applies nothing). Returns the
+        change's sequence number on the writer thread (0: already committed)."""
         assert self.fast is not None
         if self.commits is not None:
-            self.commits.write(statements)
-        else:
-            self.fast.write(statements)
+            return self.commits.write(statements)
+        self.fast.write(statements)
+        return 0
+
+    def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:
+        """The answer to an admission with this idempotency key whose commit is still in
+        flight (the database does not have it yet); forgets those that have settled."""
+        commits = self.commits
+        keys = self.unsettled_keys
+        if commits is None:
+            keys.clear()
+            return None
+        while keys:
+            first = next(iter(keys))
+            seq = keys[first][0]
+            try:
+                if not commits.check(seq):
+                    break
+            except CommitFailed:
+                pass
+            del keys[first]
+        hit = keys.get((user, key))
+        return hit[1] if hit is not None else None
 
     async def durable(self) -> None:
         """Return once every change made so far is committed (handlers await this before

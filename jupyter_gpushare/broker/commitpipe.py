@@ -43,7 +43,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .errors import BrokerError
@@ -104,6 +104,7 @@ class CommitPipeline:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake_scheduled = False
         self._stopping = False
+        self._local = threading.local()
         self._thread = threading.Thread(target=self._run, name="gpushare-commit", daemon=True)
         self._thread.start()
 
@@ -144,14 +145,24 @@ class CommitPipeline:
 
     def flush(self, timeout: float = 60.0) -> None:
         """Block until every change enqueued so far is committed or failed (SQLAlchemy
-        transactions call this first; a no-op when the queue is empty or on the writer
-        thread itself)."""
-        if threading.current_thread() is self._thread:
+        transactions call this first; a no-op when the queue is empty, on the writer
+        thread itself, and inside :meth:`durable_only`)."""
+        if threading.current_thread() is self._thread or getattr(self._local, "skip", False):
             return
         with self._lock:
             target = self.enqueued
             if not self._lock.wait_for(lambda: self._settled(target), timeout):
                 raise CommitFailed(f"the commit of change {target} took over {timeout:.0f} s")
+
+    @contextlib.contextmanager
+    def durable_only(self) -> Iterator[None]:
+        """Within this block, this thread's SQLAlchemy transactions do not wait for the
+        queue (for a read whose caller looks at the changes still queued itself)."""
+        self._local.skip = True
+        try:
+            yield
+        finally:
+            self._local.skip = False
 
     def _settled(self, seq: int) -> bool:
         return self.durable >= seq or any(low <= seq <= high for low, high, _ in self._failed)

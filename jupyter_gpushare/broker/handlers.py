@@ -50,7 +50,7 @@ class RequestsHandler(BaseHandler):
             raise BadField("kind", "kind must be interactive or batch")
         idem = f.text(body, "idempotency_key")
         broker = self.ctx.broker
-        if idem and self._send_existing(user, idem):
+        if idem and await self._send_existing(user, idem):
             return
         groups = body.get("groups")
         if groups is not None:
@@ -66,7 +66,7 @@ class RequestsHandler(BaseHandler):
         team = f.text(body, "team")
         teams = await self.teams_of(user, groups)
         # another call with the same key may have been answered while the hub was asked
-        if idem and self._send_existing(user, idem):
+        if idem and await self._send_existing(user, idem):
             return
         profile = broker.policy.profile(spec["profile_slug"]) if spec["profile_slug"] else None
         if not spec["gpu_ask"].is_empty:
@@ -130,11 +130,14 @@ class RequestsHandler(BaseHandler):
             raise BrokerError(403, refusal.message, refusal.field, code=refusal.code)
         return team
 
-    def _send_existing(self, user: str, idem: str) -> bool:
-        """Answer with the request already made with this idempotency key, if any."""
-        existing = self.ctx.broker.find_idempotent(user, idem)
+    async def _send_existing(self, user: str, idem: str) -> bool:
+        """Answer with the request already made with this idempotency key, if any (once
+        it is durable: it may be another call's admission whose commit is in flight)."""
+        broker = self.ctx.broker
+        existing = broker.find_idempotent(user, idem)
         if existing is None:
             return False
+        await broker.durable()
         self.send(existing, 409 if existing["status"] == "refused" else 201)
         return True
 

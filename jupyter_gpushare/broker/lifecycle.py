@@ -130,6 +130,7 @@ class LifecycleMixin(ViewsMixin):
             if existing is not None:
                 return existing
         now = self.clock()
+        seq = 0
         decision = decide(self.state, req, new_id("g"), self.facts(now, req))
         if decision.outcome is Outcome.QUEUED:
             decision = self._queue_limit(req) or decision
@@ -147,7 +148,7 @@ class LifecycleMixin(ViewsMixin):
             spec_json = fastsql.dumps(row["spec"])
             statements = [("insert_request", fastsql.request_params(row, spec_json))]
             statements += _grant_and_victim_statements(grant, marks, spec_json)
-            self.write_fast(statements)
+            seq = self.write_fast(statements)
         else:
             with self.engine.begin() as conn:
                 conn.execute(requests_table.insert(), row)
@@ -155,7 +156,10 @@ class LifecycleMixin(ViewsMixin):
                     conn.execute(grants_table.insert(), grant_row(grant))
                 self._mark_victims(conn, marks)
         self._carry_out(req, decision, grant, victims, now)
-        return self._view_from_decision(req, decision, status, grant, now)
+        view = self._view_from_decision(req, decision, status, grant, now)
+        if idempotency_key and self.fast is not None and seq:
+            self.unsettled_keys[(req.user, idempotency_key)] = (seq, view)
+        return view
 
     def _outcome(
         self, req: Request, decision: Decision, now: float

@@ -6,6 +6,7 @@ here changes the state or writes to the database.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -321,12 +322,18 @@ class ViewsMixin(LedgerMixin):
         return {"team": team.name, "month": f"{year:04d}-{month:02d}", "pools": pools}
 
     def find_idempotent(self, user: str, key: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
-            row = conn.execute(
-                select(requests_table).where(
-                    requests_table.c.username == user, requests_table.c.idempotency_key == key
-                )
-            ).first()
+        """The request made with this idempotency key, if any. With the writer thread, one
+        whose commit is in flight is found in memory, so the read does not wait for it."""
+        unsettled = self.unsettled_answer(user, key)
+        if unsettled is not None:
+            return unsettled
+        query = select(requests_table).where(
+            requests_table.c.username == user, requests_table.c.idempotency_key == key
+        )
+        commits = self.commits
+        skip = commits.durable_only() if commits is not None else nullcontext()
+        with skip, self.engine.connect() as conn:
+            row = conn.execute(query).first()
         return self._request_view(row) if row else None
 
     def list_requests(self, user: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
