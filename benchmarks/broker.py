@@ -71,6 +71,13 @@ TEAMS = 20
 PATH = "/services/gpushare/api/v1"
 
 
+def threads_of(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` (the event loop's first): a scheduling policy is
+    per thread, and the broker's writer thread (broker/commitpipe.py) must share its loop's."""
+    tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    return [pid] + [t for t in tids if t != pid]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -489,9 +496,12 @@ def run_one(
         )
         cpu1 = cpu_s(proc.pid)
         probe_switch(proc.pid, lag_file, True)  # the broker's probe on for the open loop
-        if args.rt:  # the loop's thread and the clients first on their cores (see --rt)
-            for pid in (proc.pid, 0):
+        if args.rt:  # the broker's threads and the clients first on their cores (see --rt)
+            loop_tid, *others = threads_of(proc.pid)
+            for pid in (loop_tid, 0):
                 os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt))
+            for pid in others:  # they mostly sleep: the kernel lets them in first when they wake
+                os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + 1))
         wait0, since = runqueue_s(proc.pid), time.time()
         try:
             lat = asyncio.run(open_loop(
@@ -501,7 +511,7 @@ def run_one(
             open_window = (since, time.time())
             waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
             if args.rt:
-                for pid in (proc.pid, 0):
+                for pid in (*threads_of(proc.pid), 0):
                     os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
         probe_switch(proc.pid, lag_file, False)
         cpu2 = cpu_s(proc.pid)
@@ -703,11 +713,11 @@ def main() -> None:
         "--rt",
         type=int,
         default=0,
-        help="during the open loop only, run the broker's event-loop thread and the clients "
-        "at this SCHED_FIFO priority (e.g. 10, needs root): each then runs whenever it has "
-        "work, as on a core of its own, while its ~60 %% of a core leaves the rest to the "
-        "machine's other work (the closed loop, which takes a whole core, stays as it is); "
-        "reported in the output",
+        help="during the open loop only, run the broker's threads (its event loop, its commit "
+        "and checkpoint threads) and the clients at this SCHED_FIFO priority (e.g. 10, needs "
+        "root): each then runs whenever it has work, as on a core of its own, while its "
+        "~60 %% of a core leaves the rest to the machine's other work (the closed loop, "
+        "which takes a whole core, stays as it is); reported in the output",
     )
     parser.add_argument(
         "--queued",
@@ -795,7 +805,7 @@ def main() -> None:
         + ("each grant released at once" if args.release else "grants kept (live count grows)")
         + (f", broker (and its autogroup) and clients at nice {args.nice}" if args.nice else "")
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
-        + (f", open loop at SCHED_FIFO {args.rt} (broker loop, clients)" if args.rt else "")
+        + (f", open loop at SCHED_FIFO {args.rt} (broker threads, clients)" if args.rt else "")
     )
     names = list(results)
     rows = [

@@ -138,6 +138,8 @@ async def test_answer_waits_for_the_commit_while_the_loop_serves(app: Any, db_ur
         await until(lambda: len(broker.state.grants) == 3)
         assert not other.done()
         assert len(rows(db_url, grants_table)) == 1  # only the warm-up grant is in the database
+        status, text = await call(app, "GET", "/metrics", "tok-metrics")
+        assert status == 200 and "\ngpushare_commit_backlog 2.0\n" in text, text
     finally:
         lock.release()
     status, view = await post

@@ -18,6 +18,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import time
 from typing import Any
 from urllib.parse import urlparse
@@ -132,6 +133,14 @@ class BrokerApp(Application):
         "its client answered once it is durable. auto: on for PostgreSQL, whose commit is a "
         "network round trip (0.3 ms mean, 2-3 ms p99) the loop would otherwise wait for; off "
         "for SQLite, whose commit takes tens of microseconds. Needs raw_sql.",
+    )
+    gil_switch_interval_ms = Float(
+        0.0,
+        config=True,
+        help="Python's thread switch interval in the broker (sys.setswitchinterval), in ms; "
+        "0: Python's default (5 ms). A thread that wants the interpreter lock waits up to "
+        "this long while the event loop holds it: the writer thread (commit_thread) needs it "
+        "twice per group commit.",
     )
     sqlite_checkpoint_interval_s = Float(
         1.0,
@@ -399,6 +408,8 @@ class BrokerApp(Application):
         )
         if self._commit_thread_wanted():
             self.broker.start_commit_thread(asyncio.get_running_loop())
+        if self.gil_switch_interval_ms > 0:
+            sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
         await self.jobs.start()
         if self.policy_file and self.policy is None and not self.policy_factory:
             self.reloader = PolicyReloader(

@@ -89,11 +89,18 @@ class _StateCollector(Collector):
                   labels=["node", "pool"])
         drained = g("gpushare_node_drained", "1 when the node is drained (cordoned)",
                     labels=["node", "pool"])
+        backlog = g("gpushare_commit_backlog",
+                    "Changes applied and waiting for their commit on the writer thread")
+        groups = g("gpushare_commit_groups",
+                   "Group commits done by the writer thread since the broker started")
         families = (grants, used, borrowed, guaranteed, limit, measured, busy, month, budget,
-                    capacity, queue, preempting, power, drained)
+                    capacity, queue, preempting, power, drained, backlog, groups)
         if broker is None:
             yield from families
             return
+        commits = broker.commits
+        backlog.add_metric([], commits.enqueued - commits.durable if commits else 0)
+        groups.add_metric([], commits.groups if commits else 0)
         state = broker.state
         now = broker.clock()
         counts: dict[tuple[str, str], int] = defaultdict(int)
