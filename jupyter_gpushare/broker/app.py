@@ -135,12 +135,12 @@ class BrokerApp(Application):
         "for SQLite, whose commit takes tens of microseconds. Needs raw_sql.",
     )
     gil_switch_interval_ms = Float(
-        0.0,
+        0.5,
         config=True,
-        help="Python's thread switch interval in the broker (sys.setswitchinterval), in ms; "
-        "0: Python's default (5 ms). A thread that wants the interpreter lock waits up to "
-        "this long while the event loop holds it: the writer thread (commit_thread) needs it "
-        "twice per group commit.",
+        help="Python's thread switch interval (sys.setswitchinterval) in ms while the writer "
+        "thread runs (commit_thread); 0: Python's default (5 ms). A thread that wants the "
+        "interpreter lock waits up to this long while the event loop holds it; the writer "
+        "needs it twice per group commit, so with 5 ms an answer could wait 10 ms more.",
     )
     sqlite_checkpoint_interval_s = Float(
         1.0,
@@ -406,10 +406,12 @@ class BrokerApp(Application):
             len(self.broker.pending),
             len(changes),
         )
+        self._switch_interval_before: float | None = None
         if self._commit_thread_wanted():
             self.broker.start_commit_thread(asyncio.get_running_loop())
-        if self.gil_switch_interval_ms > 0:
-            sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
+            if self.gil_switch_interval_ms > 0:
+                self._switch_interval_before = sys.getswitchinterval()
+                sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
         await self.jobs.start()
         if self.policy_file and self.policy is None and not self.policy_factory:
             self.reloader = PolicyReloader(
@@ -563,6 +565,9 @@ class BrokerApp(Application):
         self.runner.close()
         self.broker.close()
         self.engine.dispose()
+        before = getattr(self, "_switch_interval_before", None)
+        if before is not None:
+            sys.setswitchinterval(before)
 
     def start(self) -> None:
         async def run() -> None:

@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..core.model import from_milli
@@ -58,7 +58,7 @@ class _StateCollector(Collector):
     def __init__(self, metrics: BrokerMetrics) -> None:
         self.metrics = metrics
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         broker = self.metrics.broker
         tp = ["team", "pool"]
         g = GaugeMetricFamily
@@ -91,8 +91,10 @@ class _StateCollector(Collector):
                     labels=["node", "pool"])
         backlog = g("gpushare_commit_backlog",
                     "Changes applied and waiting for their commit on the writer thread")
-        groups = g("gpushare_commit_groups",
-                   "Group commits done by the writer thread since the broker started")
+        groups = CounterMetricFamily(
+            "gpushare_commit_groups",
+            "Group commits done by the writer thread since the broker started",
+        )
         families = (grants, used, borrowed, guaranteed, limit, measured, busy, month, budget,
                     capacity, queue, preempting, power, drained, backlog, groups)
         if broker is None:
