@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jobnotebooks as nbs
 import pytest
 from brokerkit import call, start_broker, static_tokens
 from brokerpolicies import small
@@ -28,8 +29,14 @@ from corefactory import request
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import create_engine, func, select
 
-from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table
+from jupyter_gpushare.broker.base import TASK_WRITES
+from jupyter_gpushare.broker.commitpipe import CommitFailed
+from jupyter_gpushare.broker.db import grants_table, jobs_table, make_engine, requests_table
+from jupyter_gpushare.broker.jobs import Job, JobStore
 from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.core.jobs import JobState
+from jupyter_gpushare.core.model import Kind
+from jupyter_gpushare.policy import load_policy
 
 USERS = {"alice": ["a"], "bob": ["b"]}
 
@@ -48,6 +55,7 @@ class WriteLock:
         self.db_url = db_url
         self._sqlite: sqlite3.Connection | None = None
         self._pg: Any = None
+        self._releasing = threading.Lock()
 
     def hold(self) -> None:
         if self.db_url.startswith("sqlite"):
@@ -60,6 +68,10 @@ class WriteLock:
             self._pg[1].exec_driver_sql("LOCK TABLE gpushare_requests IN EXCLUSIVE MODE")
 
     def release(self) -> None:
+        with self._releasing:
+            self._release()
+
+    def _release(self) -> None:
         if self._sqlite is not None:
             self._sqlite.execute("ROLLBACK")
             self._sqlite.close()
@@ -134,6 +146,15 @@ async def test_answer_waits_for_the_commit_while_the_loop_serves(app: Any, db_ur
         # the loop is free meanwhile: a read and another user's admission are served
         status, health = await call(app, "GET", "/health")
         assert status == 200 and health["status"] == "ok"
+        # a client's poll reads what is committed without waiting for the queue (if it
+        # waited, the loop would stop until the safety timer lets the commit through)
+        safety = threading.Timer(5.0, lock.release)
+        safety.start()
+        t0 = time.monotonic()
+        status, polled = await call(app, "GET", f"/requests/{first['request_id']}", "tok-alice")
+        assert status == 200 and polled["status"] == "granted"
+        assert time.monotonic() - t0 < 2.5, "the poll waited for the commit in flight"
+        safety.cancel()
         other = asyncio.ensure_future(call(app, "POST", "/requests", "tok-bob", ask("b1")))
         await until(lambda: len(broker.state.grants) == 3)
         assert not other.done()
@@ -238,3 +259,116 @@ async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str) -> None
     finally:
         broker.close()
         engine.dispose()
+
+
+# -- what the review found (each went red before its fix) ---------------------------------
+
+
+def _in_process(db_url: str) -> Broker:
+    broker = Broker(small(), make_engine(db_url))
+    broker.load()
+    broker.start_commit_thread(asyncio.get_running_loop())
+    return broker
+
+
+def _failing_commits(broker: Broker) -> Any:
+    """The writer thread's next commit fails (as when the database restarts); returns undo."""
+    assert broker.fast is not None
+    real = broker.fast.write
+
+    def failing(statements: Any) -> None:
+        broker.fast.write = real  # type: ignore[method-assign]
+        raise sqlite3.OperationalError("disk I/O error (injected)")
+
+    broker.fast.write = failing  # type: ignore[method-assign]
+
+
+async def test_no_transaction_is_built_on_a_change_that_failed(db_url: str) -> None:
+    """A job ends: its grant's release is queued, then the job's row is written through
+    SQLAlchemy. If the release's commit fails, the job's row must not say it ended (the
+    grant is live again after the rebuild, and nobody would release it)."""
+    broker = _in_process(db_url)
+    store = JobStore(broker.engine)
+    try:
+        view = broker.submit(request("a", "shared", fraction=0.25, kind=Kind.BATCH))
+        await broker.durable()
+        gid, now = view["grant_id"], time.time()
+        job = Job(
+            id="j1", user=view["user"], team="a", name="nb", pool="shared",
+            priority="batch", request_spec={}, max_runtime_s=60, checkpoint=False,
+            backend="local", output_path="/tmp/x", state=JobState.RUNNING,
+            request_id=view["request_id"], grant_id=gid, created_at=now, updated_at=now,
+        )
+        store.insert(job, "{}", [])
+        _failing_commits(broker)
+        broker.release(gid, "released: job finished")
+        with pytest.raises(CommitFailed):
+            store.transition(job, JobState.SUCCEEDED, "finished", grant_id=None)
+        await until(lambda: broker.commits is not None and broker.commits.broken is None)
+        assert gid in broker.state.grants  # the release was lost: the grant is live again
+        with broker.engine.connect() as conn:
+            row = conn.execute(select(jobs_table).where(jobs_table.c.id == "j1")).one()
+        assert row.state == "running" and row.grant_id == gid
+    finally:
+        broker.close()
+        broker.engine.dispose()
+
+
+async def test_a_request_whose_own_change_failed_is_not_answered_success(db_url: str) -> None:
+    """A handler that awaits between its change and its answer (the admin reconcile): its
+    change fails, the broker recovers, another request's change commits; the first must
+    still get the 503, not a success for a change that was rolled back."""
+    broker = _in_process(db_url)
+    try:
+        first = broker.submit(request("a", "shared", fraction=0.25))
+        second = broker.submit(request("a", "shared", fraction=0.25))
+        await broker.durable()
+        commits = broker.commits
+        assert commits is not None
+
+        async def reconcile_like() -> None:
+            TASK_WRITES.set(None)  # a request of its own (tornado: a task per request)
+            broker.release(first["grant_id"], "reconciled: gone")
+            await until(lambda: commits.broken is None and commits.groups > 1)
+            await broker.durable()
+
+        async def another_request() -> None:
+            TASK_WRITES.set(None)
+            broker.release(second["grant_id"], "released by holder")
+            await broker.durable()
+
+        _failing_commits(broker)
+        mine = asyncio.ensure_future(reconcile_like())
+        await until(lambda: commits.broken is None and bool(commits._failed))
+        await asyncio.ensure_future(another_request())  # commits after the recovery
+        with pytest.raises(CommitFailed):
+            await mine
+        assert first["grant_id"] in broker.state.grants  # rolled back, as the 503 says
+        assert second["grant_id"] not in broker.state.grants
+    finally:
+        broker.close()
+        broker.engine.dispose()
+
+
+async def test_a_job_answered_503_is_not_kept(tmp_path: Path) -> None:
+    """POST /jobs whose grant's commit fails: 503, and neither the job nor its grant is
+    kept (the job's row waited for the grant's commit and was refused)."""
+    tokens = static_tokens({"alice": ["vision"]})
+    policy = load_policy(str(Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"))
+    db = f"sqlite:///{tmp_path}/jobs.sqlite"
+    app = await start_broker(policy, db, tokens, commit_thread="on")
+    app.jobs.user_root_template = str(tmp_path / "home" / "{username}")
+    (tmp_path / "home" / "alice").mkdir(parents=True)
+    try:
+        _failing_commits(app.broker)
+        status, body = await call(
+            app, "POST", "/jobs", "tok-alice",
+            {"notebook": nbs.sleeping(30), "profile": "job-1gpu", "max_runtime": 300},
+        )
+        assert status == 503 and body["code"] == "db_unavailable", body
+        await until(lambda: app.broker.commits.broken is None)
+        await asyncio.sleep(0.5)  # a job runner tick
+        assert rows(db, jobs_table) == [] and rows(db, grants_table) == []
+        assert not app.jobs.store.live and not app.broker.state.grants
+    finally:
+        await app.stop_async()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ from .usage import UseRecorder
 from .waiting import WaitQueue
 
 LIVE_STATUSES = ("queued", "preempting")
+
+TASK_WRITES: ContextVar[tuple[int, int] | None] = ContextVar("gpushare_task_writes", default=None)
+"""The first and last sequence numbers of the changes the current asyncio task (a request's
+handler: tornado runs each in a task of its own) enqueued on the writer thread."""
 
 
 @dataclass
@@ -100,22 +105,56 @@ class BrokerBase:
 
     def close(self) -> None:
         """Commit what is queued, then close the fast-path connection (and its threads)."""
+        stopped = True
         if self.commits is not None:
-            self.commits.close()
+            stopped = self.commits.close()
             self.commits = None
-        if self.fast is not None:
+        if self.fast is not None and stopped:
             self.fast.close()
 
     def write_fast(self, statements: Statements) -> int:
         """Write one change through the fast path: committed before this returns, or, with
         the writer thread (:mod:`.commitpipe`), enqueued (raises before enqueueing while a
         failed commit is being recovered from, so the caller applies nothing). Returns the
-        change's sequence number on the writer thread (0: already committed)."""
+        change's sequence number on the writer thread (0: already committed); the changes
+        of the current task (a request's handler) are remembered for :meth:`durable`."""
         assert self.fast is not None
-        if self.commits is not None:
-            return self.commits.write(statements)
-        self.fast.write(statements)
-        return 0
+        if self.commits is None:
+            self.fast.write(statements)
+            return 0
+        seq = self.commits.write(statements)
+        span = TASK_WRITES.get()
+        TASK_WRITES.set((span[0] if span else seq, seq))
+        return seq
+
+    async def durable(self, everything: bool = False) -> None:
+        """Return once every change the current task made (``everything``: every change
+        enqueued so far) is committed; raises :class:`~.commitpipe.CommitFailed` if one of
+        the current task's changes failed. Handlers await this before they answer."""
+        commits = self.commits
+        if commits is None:
+            return
+        span = TASK_WRITES.get()
+        if everything:
+            await commits.wait()
+        if span is not None:
+            await commits.wait(span[1])
+            why = commits.failed_within(*span)
+            if why is not None:
+                raise CommitFailed(why)
+
+    def ensure_durable(self) -> None:
+        """:meth:`durable` for the current task's changes, blocking (for an answer sent
+        without awaiting it)."""
+        commits = self.commits
+        span = TASK_WRITES.get()
+        if commits is None or span is None:
+            return
+        if not commits.check(span[1]):
+            commits.flush()
+        why = commits.failed_within(*span)
+        if why is not None:
+            raise CommitFailed(why)
 
     def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:
         """The answer to an admission with this idempotency key whose commit is still in
@@ -136,19 +175,6 @@ class BrokerBase:
             del keys[first]
         hit = keys.get((user, key))
         return hit[1] if hit is not None else None
-
-    async def durable(self) -> None:
-        """Return once every change made so far is committed (handlers await this before
-        they answer); raises :class:`~.commitpipe.CommitFailed` if one of them failed."""
-        if self.commits is not None:
-            await self.commits.wait()
-
-    def ensure_durable(self) -> None:
-        """:meth:`durable`, blocking (for an answer sent without awaiting it)."""
-        commits = self.commits
-        if commits is not None and not commits.check(commits.enqueued):
-            commits.flush()
-            commits.check(commits.enqueued)
 
     def measured_view(self, team: str, pool: str) -> dict[str, Any] | None:
         """Measured use of a team in a pool this month (see :mod:`.heartbeats`)."""

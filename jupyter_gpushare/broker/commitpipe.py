@@ -27,9 +27,16 @@ Two rules keep every other write consistent with the queue:
   whose insert is still queued, a read finds every change already answered (idempotency
   keys), and a job's row is never durable before its grant's.
 * **A failed commit fails every change not yet durable**: their waiters get a 503, new
-  writes are refused until the broker has rebuilt its state from the database
-  (:meth:`~.service.Broker.load`, scheduled on the loop by the pipeline), after which the
-  pipeline resumes. Memory never keeps what the database does not.
+  writes and every SQLAlchemy transaction are refused (503) until the broker has rebuilt
+  its state from the database (:meth:`~.service.Broker.load`, scheduled on the loop by the
+  pipeline), after which the pipeline resumes. Memory never keeps what the database does
+  not, and nothing durable is built on a lost change (a job's row on its lost grant).
+* **A request is answered for its own changes** (:data:`~.base.TASK_WRITES`, per asyncio
+  task): it waits for them, and gets a 503 if any of them failed, even when later changes
+  of others committed after the recovery.
+
+The cost: a database transaction on the loop (a heartbeat, a request's poll) waits for the
+commit in flight, if any, before its own (about one round trip more than before).
 
 What another client may see: a GET answered from memory can show a change whose commit is
 still in flight (for about one round trip). A crash in that window loses the change; its
@@ -100,6 +107,7 @@ class CommitPipeline:
         )
         self.broken: str | None = None  # why writes are refused (until resume)
         self.groups = 0  # group commits done
+        self.in_flight = 0  # changes of the group being committed
         self.largest_group = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._wake_scheduled = False
@@ -143,21 +151,33 @@ class CommitPipeline:
         self._waiters.append((seq, future))
         await future
 
-    def flush(self, timeout: float = 60.0) -> None:
-        """Block until every change enqueued so far is committed or failed (SQLAlchemy
-        transactions call this first; a no-op when the queue is empty, on the writer
-        thread itself, and inside :meth:`durable_only`)."""
+    def flush(self) -> None:
+        """Block until every change enqueued so far is committed; raise
+        :class:`CommitFailed` while a failed commit is being recovered from, so that no
+        transaction is built on changes that were lost (SQLAlchemy transactions call this
+        first). A no-op on the writer thread itself and inside :meth:`bypass`. It waits as
+        long as the database takes, as a commit on the loop did."""
         if threading.current_thread() is self._thread or getattr(self._local, "skip", False):
             return
         with self._lock:
             target = self.enqueued
-            if not self._lock.wait_for(lambda: self._settled(target), timeout):
-                raise CommitFailed(f"the commit of change {target} took over {timeout:.0f} s")
+            self._lock.wait_for(lambda: self._settled(target))
+            if self.broken is not None:
+                raise CommitFailed(self.broken)
+
+    def failed_within(self, first: int, last: int) -> str | None:
+        """Why a change numbered ``first`` to ``last`` failed, if one did."""
+        with self._lock:
+            for low, high, why in self._failed:
+                if low <= last and first <= high:
+                    return why
+        return None
 
     @contextlib.contextmanager
-    def durable_only(self) -> Iterator[None]:
-        """Within this block, this thread's SQLAlchemy transactions do not wait for the
-        queue (for a read whose caller looks at the changes still queued itself)."""
+    def bypass(self) -> Iterator[None]:
+        """Within this block, this thread's SQLAlchemy transactions neither wait for the
+        queue nor fail while it is broken (a read of durable rows whose caller looks at the
+        changes still queued itself; the rebuild after a failed commit)."""
         self._local.skip = True
         try:
             yield
@@ -167,18 +187,28 @@ class CommitPipeline:
     def _settled(self, seq: int) -> bool:
         return self.durable >= seq or any(low <= seq <= high for low, high, _ in self._failed)
 
+    @property
+    def backlog(self) -> int:
+        """Changes applied in memory whose commit is queued or under way."""
+        return len(self._queue) + self.in_flight
+
     def resume(self) -> None:
         """Accept writes again (after the state was rebuilt from the database)."""
         with self._lock:
             self.broken = None
         log.warning("commits: state rebuilt from the database; writes accepted again")
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Commit what is queued, then stop the thread."""
+    def close(self, timeout: float = 30.0) -> bool:
+        """Commit what is queued, then stop the thread; ``False`` if it is still committing
+        after ``timeout`` (its connection must then be left alone)."""
         with self._lock:
             self._stopping = True
             self._lock.notify()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("commits: the writer thread is still committing after %.0f s", timeout)
+            return False
+        return True
 
     def _wake(self) -> None:
         """Resolve the waiters whose change is now durable or failed (on the loop)."""
@@ -214,6 +244,7 @@ class CommitPipeline:
             group: list[tuple[int, Statements]] = []
             while self._queue and len(group) < self.max_group:
                 group.append(self._queue.popleft())
+            self.in_flight = len(group)
             return group
 
     def _run(self) -> None:
@@ -229,6 +260,7 @@ class CommitPipeline:
                 continue
             with self._lock:
                 self.durable = group[-1][0]
+                self.in_flight = 0
                 self.groups += 1
                 self.largest_group = max(self.largest_group, len(group))
                 self._lock.notify_all()
@@ -243,6 +275,7 @@ class CommitPipeline:
         with self._lock:
             last = self.enqueued
             self._queue.clear()
+            self.in_flight = 0
             self._failed.append((first, last, why))
             self.broken = why
             self._lock.notify_all()

@@ -19,6 +19,7 @@ from typing import Any
 from tornado import web
 
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
+from .base import TASK_WRITES
 from .fields import BadField, Fields, json_object
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
@@ -62,14 +63,13 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
         self.login = ctx.login
         self._t0 = time.perf_counter()
         self.fields = Fields(ctx.broker.limits)
-        commits = ctx.broker.commits
-        self._seq0 = commits.enqueued if commits is not None else 0
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
 
     def prepare(self) -> Awaitable[None] | None:
+        TASK_WRITES.set(None)  # this request's own changes only (its task's copy)
         if self.public:
             return None
         header = self.request.headers.get("Authorization", "")
@@ -130,16 +130,10 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
             type(self).__name__, self.request.method or "", time.perf_counter() - self._t0
         )
 
-    def _wrote(self) -> bool:
-        """Whether a change was enqueued on the writer thread since this request began."""
-        commits = self.ctx.broker.commits
-        return commits is not None and commits.enqueued > self._seq0
-
     async def settle(self) -> None:
         """Return once every change this request made is durable (the loop serves other
         requests meanwhile); raises a 503 if one of them failed."""
-        if self._wrote():
-            await self.ctx.broker.durable()
+        await self.ctx.broker.durable()
 
     async def answer(self, data: Any, status: int = 200) -> None:
         """Send ``data`` once every change this request made is durable (the handlers that
@@ -149,9 +143,9 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
 
     def send(self, data: Any, status: int = 200) -> None:
         """Send ``data`` as JSON; if this request changed something that is not durable
-        yet, first wait for it, blocking (:meth:`answer` waits without blocking)."""
-        if self._wrote():
-            self.ctx.broker.ensure_durable()
+        yet, first wait for it, blocking (:meth:`answer` waits without blocking); a 503 if
+        one of its changes failed."""
+        self.ctx.broker.ensure_durable()
         self.set_status(status)
         self.finish(json.dumps(data))
 

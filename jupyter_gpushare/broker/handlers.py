@@ -137,7 +137,11 @@ class RequestsHandler(BaseHandler):
         existing = broker.find_idempotent(user, idem)
         if existing is None:
             return False
-        await broker.durable()
+        if broker.unsettled_answer(user, idem) is not None:  # found in memory: wait, re-read
+            await broker.durable(everything=True)
+            existing = broker.find_idempotent(user, idem)
+            if existing is None:  # its commit failed: nothing was kept
+                return False
         self.send(existing, 409 if existing["status"] == "refused" else 201)
         return True
 
@@ -230,7 +234,7 @@ class RequestsHandler(BaseHandler):
 
 class RequestHandler(BaseHandler):
     def _load(self, request_id: str) -> dict[str, Any]:
-        view = self.ctx.broker.get_request(request_id)
+        view = self.ctx.broker.get_request(request_id, durable=True)
         if view is None:
             raise BrokerError(404, f"no request {request_id}")
         self.require(self.identity.may_read_user(view["user"]), "not your request")
@@ -242,7 +246,9 @@ class RequestHandler(BaseHandler):
     async def delete(self, request_id: str) -> None:
         view = self._load(request_id)
         self.require(self.identity.may_act_for(view["user"], view["server"]), "not your request")
-        await self.answer(self.ctx.broker.cancel(request_id))
+        self.ctx.broker.cancel(request_id)
+        await self.settle()  # then read it back as committed
+        self.send(self._load(request_id))
 
 
 class GrantsHandler(BaseHandler):
@@ -262,7 +268,7 @@ class GrantsHandler(BaseHandler):
 
 class GrantHandler(BaseHandler):
     def _load(self, grant_id: str) -> dict[str, Any]:
-        view = self.ctx.broker.get_grant(grant_id)
+        view = self.ctx.broker.get_grant(grant_id, durable=True)
         if view is None:
             raise BrokerError(404, f"no grant {grant_id}")
         self.require(self.identity.may_read_user(view["user"]), "not your grant")
@@ -294,7 +300,7 @@ class GrantHandler(BaseHandler):
                     raise BrokerError(503, "cannot ask the hub to stop the server") from exc
         released = broker.release(grant_id, "released by holder")
         await self.settle()  # before get_grant, which reads the released row back
-        self.send({"released": released, "grant": broker.get_grant(grant_id)})
+        self.send({"released": released, "grant": broker.get_grant(grant_id, durable=True)})
 
     async def _server_running(self, user: str, server: str) -> bool:
         """Whether the hub lists the server (running or starting); no hub: ``False``."""

@@ -101,7 +101,7 @@ class _StateCollector(Collector):
             yield from families
             return
         commits = broker.commits
-        backlog.add_metric([], commits.enqueued - commits.durable if commits else 0)
+        backlog.add_metric([], commits.backlog if commits else 0)
         groups.add_metric([], commits.groups if commits else 0)
         state = broker.state
         now = broker.clock()

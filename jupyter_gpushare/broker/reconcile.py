@@ -242,10 +242,9 @@ async def reconcile(
     for i, (gid, why) in enumerate(gone):
         if not i % 16:
             await pause()
-        grant = grants.get(gid)
-        if grant is None:
+        grant = broker.state.grants.get(gid)  # the state, not `grants`: it may be rebuilt
+        if grant is None or not broker.release(gid, f"reconciled: {why}"):
             continue
-        broker.release(gid, f"reconciled: {why}")
         released.append(
             {
                 "grant_id": gid,

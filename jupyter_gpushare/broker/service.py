@@ -172,7 +172,10 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
         if commits is None:
             return
         try:
-            self.load()
+            with commits.bypass():
+                with self.engine.connect() as conn:  # reachable? (else keep memory as is)
+                    conn.exec_driver_sql("SELECT 1")
+                self.load()
         except Exception as exc:
             log.error("commits: cannot rebuild the state from the database yet: %s", exc)
             commits.loop.call_later(1.0, self._after_failed_commit)

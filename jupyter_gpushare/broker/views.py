@@ -134,11 +134,15 @@ class ViewsMixin(LedgerMixin):
             "usage": None,
         }
 
-    def get_grant(self, grant_id: str) -> dict[str, Any] | None:
+    def get_grant(self, grant_id: str, durable: bool = False) -> dict[str, Any] | None:
+        """A live grant from memory, else as the database has it (``durable``: see
+        :meth:`get_request`)."""
         grant = self.state.grants.get(grant_id)
         if grant is not None:
             return self.grant_view(grant)
-        with self.engine.connect() as conn:
+        commits = self.commits
+        skip = commits.bypass() if durable and commits is not None else nullcontext()
+        with skip, self.engine.connect() as conn:
             row = conn.execute(select(grants_table).where(grants_table.c.id == grant_id)).first()
         return self._grant_view_row(row) if row else None
 
@@ -217,7 +221,7 @@ class ViewsMixin(LedgerMixin):
     def _request_view(self, row: Any) -> dict[str, Any]:
         req = spec_to_request(row.spec)
         now = self.clock()
-        grant = self.get_grant(row.grant_id) if row.grant_id else None
+        grant = self.get_grant(row.grant_id, durable=True) if row.grant_id else None
         pend = self.pending.get(row.id)
         return {
             "request_id": row.id,
@@ -240,8 +244,13 @@ class ViewsMixin(LedgerMixin):
             "policy_version": self.policy_version,
         }
 
-    def get_request(self, request_id: str) -> dict[str, Any] | None:
-        with self.engine.connect() as conn:
+    def get_request(self, request_id: str, durable: bool = False) -> dict[str, Any] | None:
+        """The request as the database has it. ``durable``: read what is committed without
+        waiting for the writer thread's queue (a client's poll: everything it was answered is
+        committed already); else the read waits for the queue first."""
+        commits = self.commits
+        skip = commits.bypass() if durable and commits is not None else nullcontext()
+        with skip, self.engine.connect() as conn:
             row = conn.execute(
                 select(requests_table).where(requests_table.c.id == request_id)
             ).first()
@@ -331,7 +340,7 @@ class ViewsMixin(LedgerMixin):
             requests_table.c.username == user, requests_table.c.idempotency_key == key
         )
         commits = self.commits
-        skip = commits.durable_only() if commits is not None else nullcontext()
+        skip = commits.bypass() if commits is not None else nullcontext()
         with skip, self.engine.connect() as conn:
             row = conn.execute(query).first()
         return self._request_view(row) if row else None
