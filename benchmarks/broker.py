@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -71,11 +72,18 @@ TEAMS = 20
 PATH = "/services/gpushare/api/v1"
 
 
-def threads_of(pid: int) -> list[int]:
-    """The thread ids of process ``pid`` (the event loop's first): a scheduling policy is
-    per thread, and the broker's writer thread (broker/commitpipe.py) must share its loop's."""
-    tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
-    return [pid] + [t for t in tids if t != pid]
+def realtime_threads(pid: int) -> list[tuple[int, int]]:
+    """(thread id, priority above --rt) of what --rt runs at SCHED_FIFO: the broker's event
+    loop (its main thread), its commit thread one above (``gpushare-commit``: it mostly
+    sleeps, and the kernel's wakeup preemption lets such a thread in first), and this
+    process (the clients). Other threads of the broker (SQLite's checkpoints) stay as
+    they are, running when the loop is idle."""
+    chosen = [(pid, 0), (0, 0)]
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == "gpushare-commit":
+                chosen.append((int(tid), 1))
+    return chosen
 
 
 def free_port() -> int:
@@ -496,12 +504,9 @@ def run_one(
         )
         cpu1 = cpu_s(proc.pid)
         probe_switch(proc.pid, lag_file, True)  # the broker's probe on for the open loop
-        if args.rt:  # the broker's threads and the clients first on their cores (see --rt)
-            loop_tid, *others = threads_of(proc.pid)
-            for pid in (loop_tid, 0):
-                os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt))
-            for pid in others:  # they mostly sleep: the kernel lets them in first when they wake
-                os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + 1))
+        rt_threads = realtime_threads(proc.pid) if args.rt else []
+        for pid, prio in rt_threads:  # the broker's loop, its writer thread, the clients
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + prio))
         wait0, since = runqueue_s(proc.pid), time.time()
         try:
             lat = asyncio.run(open_loop(
@@ -510,9 +515,8 @@ def run_one(
         finally:
             open_window = (since, time.time())
             waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
-            if args.rt:
-                for pid in (*threads_of(proc.pid), 0):
-                    os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            for pid, _ in rt_threads:
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
         probe_switch(proc.pid, lag_file, False)
         cpu2 = cpu_s(proc.pid)
         rss = rss_mib(proc.pid)
@@ -713,8 +717,8 @@ def main() -> None:
         "--rt",
         type=int,
         default=0,
-        help="during the open loop only, run the broker's threads (its event loop, its commit "
-        "and checkpoint threads) and the clients at this SCHED_FIFO priority (e.g. 10, needs "
+        help="during the open loop only, run the broker's event loop (and its commit thread, "
+        "one above) and the clients at this SCHED_FIFO priority (e.g. 10, needs "
         "root): each then runs whenever it has work, as on a core of its own, while its "
         "~60 %% of a core leaves the rest to the machine's other work (the closed loop, "
         "which takes a whole core, stays as it is); reported in the output",
@@ -805,7 +809,11 @@ def main() -> None:
         + ("each grant released at once" if args.release else "grants kept (live count grows)")
         + (f", broker (and its autogroup) and clients at nice {args.nice}" if args.nice else "")
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
-        + (f", open loop at SCHED_FIFO {args.rt} (broker threads, clients)" if args.rt else "")
+        + (
+            f", open loop at SCHED_FIFO {args.rt} (broker loop and commit thread, clients)"
+            if args.rt
+            else ""
+        )
     )
     names = list(results)
     rows = [

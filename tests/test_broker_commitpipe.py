@@ -32,6 +32,7 @@ from sqlalchemy import create_engine, func, select
 from jupyter_gpushare.broker.base import TASK_WRITES
 from jupyter_gpushare.broker.commitpipe import CommitFailed
 from jupyter_gpushare.broker.db import grants_table, jobs_table, make_engine, requests_table
+from jupyter_gpushare.broker.effects import NoEffects
 from jupyter_gpushare.broker.jobs import Job, JobStore
 from jupyter_gpushare.broker.service import Broker
 from jupyter_gpushare.core.jobs import JobState
@@ -372,3 +373,47 @@ async def test_a_job_answered_503_is_not_kept(tmp_path: Path) -> None:
         assert not app.jobs.store.live and not app.broker.state.grants
     finally:
         await app.stop_async()
+
+
+class NoticeRecorder(NoEffects):
+    def __init__(self) -> None:
+        self.notices: list[dict[str, Any]] = []
+
+    def notice(self, notice: dict[str, Any]) -> None:
+        self.notices.append(notice)
+
+
+@pytest.mark.parametrize("commit", ["waits", "fails"])
+async def test_a_victim_is_told_only_once_its_preemption_is_durable(
+    db_url: str, commit: str
+) -> None:
+    recorder = NoticeRecorder()
+    broker = Broker(small(), make_engine(db_url), effects=recorder)
+    broker.load()
+    broker.start_commit_thread(asyncio.get_running_loop())
+    lock = WriteLock(db_url)
+    try:
+        borrowed = broker.submit(request("b", "train", user="bob", whole=4))  # a's idle GPUs
+        await broker.durable()
+        victim = borrowed["grant_id"]
+        if commit == "fails":
+            _failing_commits(broker)
+        else:
+            lock.hold()
+        view = broker.submit(request("a", "train", user="carol", whole=2))  # a's guarantee
+        assert view["status"] == "preempting" and victim in broker.state.preempting
+        await asyncio.sleep(0.3)
+        if commit == "waits":
+            assert recorder.notices == [] and victim not in broker.preempt_info
+            lock.release()
+            await broker.durable(everything=True)
+            assert [n["grant_id"] for n in recorder.notices] == [victim]
+            assert victim in broker.preempt_info
+        else:
+            await until(lambda: broker.commits is not None and broker.commits.broken is None)
+            assert recorder.notices == [] and victim not in broker.preempt_info
+            assert victim not in broker.state.preempting  # rebuilt: nothing was planned
+    finally:
+        lock.release()
+        broker.close()
+        broker.engine.dispose()

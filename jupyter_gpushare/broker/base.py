@@ -156,6 +156,14 @@ class BrokerBase:
         if why is not None:
             raise CommitFailed(why)
 
+    def after_durable(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once every change enqueued so far is durable (at once without the
+        writer thread; never if one of them fails): what the outside world is told."""
+        if self.commits is None:
+            callback()
+        else:
+            self.commits.on_durable(self.commits.enqueued, callback)
+
     def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:
         """The answer to an admission with this idempotency key whose commit is still in
         flight (the database does not have it yet); forgets those that have settled."""

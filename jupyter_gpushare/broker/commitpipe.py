@@ -40,7 +40,9 @@ commit in flight, if any, before its own (about one round trip more than before)
 
 What another client may see: a GET answered from memory can show a change whose commit is
 still in flight (for about one round trip). A crash in that window loses the change; its
-own client was not answered, and retries with its idempotency key.
+own client was not answered, and retries with its idempotency key. What the broker tells
+the outside world on its own (a preemption's notice to its victims) waits for the commit
+(:meth:`CommitPipeline.on_durable`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ctypes
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -110,6 +113,7 @@ class CommitPipeline:
         self.in_flight = 0  # changes of the group being committed
         self.largest_group = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._after: list[tuple[int, Callable[[], None]]] = []  # see on_durable (loop only)
         self._wake_scheduled = False
         self._stopping = False
         self._local = threading.local()
@@ -150,6 +154,17 @@ class CommitPipeline:
         future: asyncio.Future[None] = self.loop.create_future()
         self._waiters.append((seq, future))
         await future
+
+    def on_durable(self, seq: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop once change ``seq`` is durable (now, if it is);
+        never, if it fails."""
+        try:
+            if self.check(seq):
+                callback()
+                return
+        except CommitFailed:
+            return
+        self._after.append((seq, callback))
 
     def flush(self) -> None:
         """Block until every change enqueued so far is committed; raise
@@ -213,6 +228,8 @@ class CommitPipeline:
     def _wake(self) -> None:
         """Resolve the waiters whose change is now durable or failed (on the loop)."""
         self._wake_scheduled = False
+        if self._after:
+            self._run_after()
         if not self._waiters:
             return
         keep: list[tuple[int, asyncio.Future[None]]] = []
@@ -229,6 +246,21 @@ class CommitPipeline:
             else:
                 keep.append((seq, future))
         self._waiters = keep
+
+    def _run_after(self) -> None:
+        due, self._after = self._after, []
+        for seq, callback in due:
+            try:
+                durable = self.check(seq)
+            except CommitFailed:
+                continue  # its change was lost: what it would announce did not happen
+            if not durable:
+                self._after.append((seq, callback))
+                continue
+            try:
+                callback()
+            except Exception:
+                log.exception("commits: a callback after a commit failed")
 
     def _failed_on_loop(self) -> None:
         self._wake()
@@ -248,6 +280,7 @@ class CommitPipeline:
             return group
 
     def _run(self) -> None:
+        name_this_thread(b"gpushare-commit")
         while True:
             group = self._take_group()
             if group is None:
@@ -284,3 +317,11 @@ class CommitPipeline:
     def _call_on_loop(self, callback: Callable[[], None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed (the broker stopped)
             self.loop.call_soon_threadsafe(callback)
+
+
+def name_this_thread(name: bytes) -> None:
+    """Give the calling thread a name the system shows (``top -H``, ``/proc/PID/task/TID/comm``;
+    Linux only, at most 15 bytes; elsewhere nothing happens)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(name[:15]), 0, 0, 0)  # PR_SET_NAME

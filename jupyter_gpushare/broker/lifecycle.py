@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from sqlalchemy import bindparam
@@ -238,10 +239,20 @@ class LifecycleMixin(ViewsMixin):
         self.pending[req.id] = Pending(req, {v.id for v in victims}, deadline, decision.reason)
         for victim in fresh:
             self.state.preempting[victim.id] = req.id
-            self.preempt_info[victim.id] = (decision.reason, now + victim.grace_period_s)
-            self.effects.notice(self.notice_of(victim.id))
+            info = (decision.reason, now + victim.grace_period_s)
+            self.after_durable(partial(self._announce_preemption, victim.id, req.id, info))
         self.observer.preemption(decision.code or "preempting", len(fresh))
         self.effects.preemption_planned(req.id, victims, deadline)
+
+    def _announce_preemption(
+        self, victim_id: str, request_id: str, info: tuple[str, float]
+    ) -> None:
+        """Tell a victim (its notice, and the job runner's signal) once the preemption is
+        durable, and only if it is still planned."""
+        if self.state.preempting.get(victim_id) != request_id:
+            return
+        self.preempt_info[victim_id] = info
+        self.effects.notice(self.notice_of(victim_id))
 
     # -- release ----------------------------------------------------------------------------
 
