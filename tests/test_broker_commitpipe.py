@@ -407,6 +407,7 @@ async def test_a_victim_is_told_only_once_its_preemption_is_durable(
             assert recorder.notices == [] and victim not in broker.preempt_info
             lock.release()
             await broker.durable(everything=True)
+            await until(lambda: bool(recorder.notices))  # on the loop, right after the commit
             assert [n["grant_id"] for n in recorder.notices] == [victim]
             assert victim in broker.preempt_info
         else:
