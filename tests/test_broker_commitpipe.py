@@ -418,3 +418,31 @@ async def test_a_victim_is_told_only_once_its_preemption_is_durable(
         lock.release()
         broker.close()
         broker.engine.dispose()
+
+
+async def test_a_handler_that_answers_without_waiting_still_answers_a_durable_change(
+    app: Any, db_url: str
+) -> None:
+    """An admin's resume (a plain handler that does not await) lets a queued request
+    through: its answer is sent only once that transition is committed (BaseHandler.send
+    waits for the request's own changes)."""
+    broker = app.broker
+    node = next(n.name for n in broker.policy.nodes if n.pool == "train")
+    status, _ = await call(app, "POST", f"/admin/nodes/{node}/drain", "tok-admin")
+    assert status == 200
+    body = {"pool": "train", "gpu": {"count": 1}, "kind": "batch", "priority": "training"}
+    status, queued = await call(app, "POST", "/requests", "tok-alice", body)
+    assert status == 201 and queued["status"] == "queued", queued
+    assert broker.fast is not None
+    real = broker.fast.write
+
+    def slow(statements: Any) -> None:  # the writer thread's commit takes a second
+        time.sleep(1.0)
+        real(statements)
+
+    broker.fast.write = slow
+    status, _ = await call(app, "POST", f"/admin/nodes/{node}/resume", "tok-admin")
+    assert status == 200
+    by_id = {r.id: r.status for r in rows(db_url, requests_table)}
+    assert by_id[queued["request_id"]] == "granted", "answered before the transition's commit"
+    broker.fast.write = real

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -139,9 +140,7 @@ class BrokerBase:
             await commits.wait()
         if span is not None:
             await commits.wait(span[1])
-            why = commits.failed_within(*span)
-            if why is not None:
-                raise CommitFailed(why)
+            _raise_if_failed(commits, span)
 
     def ensure_durable(self) -> None:
         """:meth:`durable` for the current task's changes, blocking (for an answer sent
@@ -152,9 +151,7 @@ class BrokerBase:
             return
         if not commits.check(span[1]):
             commits.flush()
-        why = commits.failed_within(*span)
-        if why is not None:
-            raise CommitFailed(why)
+        _raise_if_failed(commits, span)
 
     def after_durable(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once every change enqueued so far is durable (at once without the
@@ -164,13 +161,17 @@ class BrokerBase:
         else:
             self.commits.on_durable(self.commits.enqueued, callback)
 
+    def reading_committed(self) -> AbstractContextManager[None]:
+        """A block whose database reads take what is committed, without waiting for the
+        writer thread's queue (:meth:`~.commitpipe.CommitPipeline.bypass`)."""
+        return self.commits.bypass() if self.commits is not None else nullcontext()
+
     def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:
         """The answer to an admission with this idempotency key whose commit is still in
         flight (the database does not have it yet); forgets those that have settled."""
         commits = self.commits
         keys = self.unsettled_keys
         if commits is None:
-            keys.clear()
             return None
         while keys:
             first = next(iter(keys))
@@ -217,3 +218,10 @@ class BrokerBase:
     def held_by(self, kind: str, user: str, holder: str) -> set[str]:
         """Live grant ids (``g-…``) and waiting request ids (``r-…``) of one holder."""
         return set(self.holders.get((kind, user, holder), ()))
+
+
+def _raise_if_failed(commits: CommitPipeline, span: tuple[int, int]) -> None:
+    """A 503 if one of the changes numbered ``span`` (first, last) failed."""
+    why = commits.failed_within(*span)
+    if why is not None:
+        raise CommitFailed(why)

@@ -104,7 +104,7 @@ class CommitPipeline:
         self._lock = threading.Condition()
         self._queue: collections.deque[tuple[int, Statements]] = collections.deque()
         self.enqueued = 0  # the last sequence number handed out
-        self.durable = 0  # every change up to this one is committed (or failed, see below)
+        self.durable = 0  # the last change of the last group committed (failures: _failed)
         self._failed: collections.deque[tuple[int, int, str]] = collections.deque(
             maxlen=FAILURES_KEPT
         )
@@ -138,9 +138,9 @@ class CommitPipeline:
     def check(self, seq: int) -> bool:
         """Whether change ``seq`` is durable; raises :class:`CommitFailed` if it failed."""
         with self._lock:
-            for low, high, why in self._failed:
-                if low <= seq <= high:
-                    raise CommitFailed(why)
+            why = self._failure(seq, seq)
+            if why is not None:
+                raise CommitFailed(why)
             return seq <= self.durable
 
     async def wait(self, seq: int | None = None) -> None:
@@ -183,9 +183,13 @@ class CommitPipeline:
     def failed_within(self, first: int, last: int) -> str | None:
         """Why a change numbered ``first`` to ``last`` failed, if one did."""
         with self._lock:
-            for low, high, why in self._failed:
-                if low <= last and first <= high:
-                    return why
+            return self._failure(first, last)
+
+    def _failure(self, first: int, last: int) -> str | None:
+        """Why a change in ``first..last`` failed, if one did (the lock held)."""
+        for low, high, why in self._failed:
+            if low <= last and first <= high:
+                return why
         return None
 
     @contextlib.contextmanager
@@ -200,7 +204,7 @@ class CommitPipeline:
             self._local.skip = False
 
     def _settled(self, seq: int) -> bool:
-        return self.durable >= seq or any(low <= seq <= high for low, high, _ in self._failed)
+        return self.durable >= seq or self._failure(seq, seq) is not None
 
     @property
     def backlog(self) -> int:

@@ -158,7 +158,7 @@ class LifecycleMixin(ViewsMixin):
                 self._mark_victims(conn, marks)
         self._carry_out(req, decision, grant, victims, now)
         view = self._view_from_decision(req, decision, status, grant, now)
-        if idempotency_key and self.fast is not None and seq:
+        if idempotency_key and seq:  # seq: enqueued on the writer thread
             self.unsettled_keys[(req.user, idempotency_key)] = (seq, view)
         return view
 

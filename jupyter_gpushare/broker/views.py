@@ -140,9 +140,7 @@ class ViewsMixin(LedgerMixin):
         grant = self.state.grants.get(grant_id)
         if grant is not None:
             return self.grant_view(grant)
-        commits = self.commits
-        skip = commits.bypass() if durable and commits is not None else nullcontext()
-        with skip, self.engine.connect() as conn:
+        with self.reading_committed() if durable else nullcontext(), self.engine.connect() as conn:
             row = conn.execute(select(grants_table).where(grants_table.c.id == grant_id)).first()
         return self._grant_view_row(row) if row else None
 
@@ -248,9 +246,7 @@ class ViewsMixin(LedgerMixin):
         """The request as the database has it. ``durable``: read what is committed without
         waiting for the writer thread's queue (a client's poll: everything it was answered is
         committed already); else the read waits for the queue first."""
-        commits = self.commits
-        skip = commits.bypass() if durable and commits is not None else nullcontext()
-        with skip, self.engine.connect() as conn:
+        with self.reading_committed() if durable else nullcontext(), self.engine.connect() as conn:
             row = conn.execute(
                 select(requests_table).where(requests_table.c.id == request_id)
             ).first()
@@ -339,9 +335,7 @@ class ViewsMixin(LedgerMixin):
         query = select(requests_table).where(
             requests_table.c.username == user, requests_table.c.idempotency_key == key
         )
-        commits = self.commits
-        skip = commits.bypass() if commits is not None else nullcontext()
-        with skip, self.engine.connect() as conn:
+        with self.reading_committed(), self.engine.connect() as conn:
             row = conn.execute(query).first()
         return self._request_view(row) if row else None
 
