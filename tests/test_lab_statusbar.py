@@ -118,7 +118,7 @@ def test_status_bar_sends_nothing_while_the_tab_is_hidden(
 ) -> None:
     with start_lab(tmp_path, grant_env()) as lab:
         page, traffic = open_notebook(chrome, lab)
-        page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=60000)
+        page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=120000)
         # (Playwright delivers page events only inside its own calls: wait with it, not sleep)
         page.wait_for_timeout(3000)
         assert traffic.frames >= 2, "the stream should deliver about one sample a second"
@@ -152,7 +152,7 @@ def test_panel_charts_fill_from_history_and_update(
             "--GPUShareServerApp.watchdog_enabled=False"]
     with start_lab(tmp_path, grant_env(), args) as lab:
         page, traffic = open_notebook(chrome, lab)
-        page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=60000)
+        page.wait_for_selector(".jp-gpushare-status[data-level='ok']", timeout=120000)
         page.wait_for_timeout(4000)  # some history on the server before the panel opens
         seen = len(traffic.requests)
         page.locator(".jp-gpushare-status").click()
