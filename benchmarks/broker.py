@@ -249,6 +249,27 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_use(pid: int) -> dict[str, tuple[float, int]]:
+    """Per thread name (the loop is ``MainThread``'s process name): CPU seconds so far and
+    context switches (voluntary + involuntary), summed over threads of the same name."""
+    use: dict[str, tuple[float, int]] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = "loop" if task.name == str(pid) else stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rpartition(")")[2].split()
+        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        switches = sum(
+            int(line.split()[1]) for line in status.splitlines() if "ctxt_switches" in line
+        )
+        old = use.get(name, (0.0, 0))
+        use[name] = (old[0] + cpu, old[1] + switches)
+    return use
+
+
 def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -508,6 +529,7 @@ def run_one(
         for pid, prio in rt_threads:  # the broker's loop, its writer thread, the clients
             os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + prio))
         wait0, since = runqueue_s(proc.pid), time.time()
+        use0 = thread_use(proc.pid)
         try:
             lat = asyncio.run(open_loop(
                 port, args.clients, args.seconds, args.rate, args.whole_share, args.release
@@ -515,6 +537,7 @@ def run_one(
         finally:
             open_window = (since, time.time())
             waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
+            use1 = thread_use(proc.pid)
             for pid, _ in rt_threads:
                 os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
         probe_switch(proc.pid, lag_file, False)
@@ -532,6 +555,13 @@ def run_one(
     rec["frozen_k"] = leak.get("frozen", float("nan")) / 1000
     rec["leaked"] = float(leak.get("leaked", float("nan")))
     rec["open_runqueue"] = waited
+    span = open_window[1] - open_window[0]
+    answered = max(1, len(lat["lat"]))
+    for key, names in (("loop", {"loop"}), ("commit", {"gpushare-commit"})):
+        cpu = sum(use1[n][0] - use0.get(n, (0.0, 0))[0] for n in use1 if n in names)
+        switches = sum(use1[n][1] - use0.get(n, (0.0, 0))[1] for n in use1 if n in names)
+        rec[f"open_cpu_{key}"] = cpu / span
+        rec[f"open_switch_{key}"] = switches / answered
     rec["client_late_p99"] = lat["late_p99"]
     rss0 = empty_rss(dict(env, GPUSHARE_LAG_FILE=str(tmp / "lag-empty.json")), cmd, tmp)
     live = args.grants + lat["granted"]
@@ -826,6 +856,10 @@ def main() -> None:
         ("  p50 latency (ms)", "p50", "{:.2f}"),
         ("  p99 latency (ms)", "p99", "{:.2f}"),
         ("  broker CPU busy (share of its core)", "open_cpu", "{:.2f}"),
+        ("    of it: event-loop thread / commit thread", "open_cpu_loop", "{:.2f}"),
+        ("", "open_cpu_commit", "{:.2f}"),
+        ("  context switches per admission: loop / commit", "open_switch_loop", "{:.2f}"),
+        ("", "open_switch_commit", "{:.2f}"),
         ("  broker loop waiting for its core (share)", "open_runqueue", "{:.2f}"),
         ("  clients' own loop lateness, p99 (ms)", "client_late_p99", "{:.2f}"),
         ("  slowest 1 %: client-seen time, median (ms)", "slow_total", "{:.1f}"),

@@ -25,8 +25,8 @@ BASE = "/services/gpushare/api/v1"
 AsyncHTTPClient.configure(None, max_clients=512)
 
 
-COMMIT_THREAD = os.environ.get("GPUSHARE_TEST_COMMIT_THREAD", "auto")
-"""``BrokerApp.commit_thread`` of the brokers tests start (``on``: the writer thread on SQLite
+COMMIT_MODE = os.environ.get("GPUSHARE_TEST_COMMIT_MODE", "auto")
+"""``BrokerApp.commit_mode`` of the brokers tests start (``thread``: the writer thread on SQLite
 too, to run a test file against it)."""
 
 
@@ -89,7 +89,7 @@ def static_tokens(users: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
 async def start_broker(
     policy: Any, db_url: str, tokens: dict[str, Any], **traits: Any
 ) -> BrokerApp:
-    traits.setdefault("commit_thread", COMMIT_THREAD)
+    traits.setdefault("commit_mode", COMMIT_MODE)
     app = BrokerApp(
         policy=policy,
         db_url=db_url,

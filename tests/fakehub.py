@@ -29,7 +29,7 @@ import json
 import secrets
 from typing import Any
 
-from brokerkit import ACCESS, COMMIT_THREAD, free_port
+from brokerkit import ACCESS, COMMIT_MODE, free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 
@@ -161,7 +161,7 @@ class _Server(_Base):
 async def start_broker_with_hub(policy: Policy, db_url: str, hub: FakeHub,
                                 **traits: Any) -> BrokerApp:
     """A broker that checks every token with ``hub`` and reads groups and servers from it."""
-    traits.setdefault("commit_thread", COMMIT_THREAD)
+    traits.setdefault("commit_mode", COMMIT_MODE)
     app = BrokerApp(
         policy=policy,
         db_url=db_url,

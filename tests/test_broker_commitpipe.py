@@ -30,6 +30,7 @@ from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import create_engine, func, select
 
 from jupyter_gpushare.broker.base import TASK_WRITES
+from jupyter_gpushare.broker.commitasync import AsyncCommits
 from jupyter_gpushare.broker.commitpipe import CommitFailed
 from jupyter_gpushare.broker.db import grants_table, jobs_table, make_engine, requests_table
 from jupyter_gpushare.broker.effects import NoEffects
@@ -42,11 +43,23 @@ from jupyter_gpushare.policy import load_policy
 USERS = {"alice": ["a"], "bob": ["b"]}
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
+@pytest.fixture(params=["sqlite-thread", "postgresql-thread", "postgresql-async"])
+def case(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The database and the committer (BrokerApp.commit_mode)."""
+    db, mode = request.param.split("-")
+    return db, mode
+
+
+@pytest.fixture
+def db_url(case: tuple[str, str], request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if case[0] == "sqlite":
         return f"sqlite:///{tmp_path}/pipe.sqlite"
     return str(request.getfixturevalue("postgres").new_database("pipe"))
+
+
+@pytest.fixture
+def mode(case: tuple[str, str]) -> str:
+    return case[1]
 
 
 class WriteLock:
@@ -120,8 +133,8 @@ async def until(predicate: Any, timeout: float = 30.0) -> None:
 
 
 @pytest.fixture
-async def app(db_url: str) -> Any:
-    broker_app = await start_broker(small(), db_url, static_tokens(USERS), commit_thread="on")
+async def app(db_url: str, mode: str) -> Any:
+    broker_app = await start_broker(small(), db_url, static_tokens(USERS), commit_mode=mode)
     yield broker_app
     await broker_app.stop_async()
 
@@ -240,18 +253,24 @@ async def test_changes_queued_behind_a_waiting_commit_go_together_in_order(
         assert by_id[view["request_id"]] == view["status"]
 
 
-async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str) -> None:
+async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str, mode: str) -> None:
     engine = make_engine(db_url)
     broker = Broker(small(), engine)
     broker.load()
-    broker.start_commit_thread(asyncio.get_running_loop())
+    broker.start_commits(asyncio.get_running_loop(), mode)
     lock = WriteLock(db_url)
     try:
         lock.hold()
         view = broker.submit(request("a", "shared", user="alice"), idempotency_key="k1")
         assert view["status"] == "granted"
         threading.Timer(0.5, lock.release).start()
-        # blocks (on this loop) until the insert above is committed, then finds it
+        t0 = time.monotonic()
+        # blocks (on this loop) until the insert above is committed, then reads it
+        with engine.begin() as conn:
+            count = conn.execute(select(func.count()).select_from(grants_table)).scalar()
+        assert count == 1, "the transaction did not wait for the queue"
+        assert time.monotonic() - t0 > 0.3
+        assert broker.commits is not None and broker.commits.backlog == 0
         found = broker.find_idempotent("alice", "k1")
         assert found is not None and found["request_id"] == view["request_id"]
         await broker.durable()
@@ -265,30 +284,56 @@ async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str) -> None
 # -- what the review found (each went red before its fix) ---------------------------------
 
 
-def _in_process(db_url: str) -> Broker:
+def _in_process(db_url: str, mode: str) -> Broker:
     broker = Broker(small(), make_engine(db_url))
     broker.load()
-    broker.start_commit_thread(asyncio.get_running_loop())
+    broker.start_commits(asyncio.get_running_loop(), mode)
     return broker
 
 
-def _failing_commits(broker: Broker) -> Any:
-    """The writer thread's next commit fails (as when the database restarts); returns undo."""
-    assert broker.fast is not None
-    real = broker.fast.write
+def _failing_commits(broker: Broker) -> None:
+    """The committer's next group fails (as when the database restarts)."""
+    fast = broker.fast
+    assert fast is not None
+    name = "query" if isinstance(broker.commits, AsyncCommits) else "write"
+    real = getattr(fast, name)
 
-    def failing(statements: Any) -> None:
-        broker.fast.write = real  # type: ignore[method-assign]
+    def failing(statements: Any) -> Any:
+        setattr(fast, name, real)
         raise sqlite3.OperationalError("disk I/O error (injected)")
 
-    broker.fast.write = failing  # type: ignore[method-assign]
+    setattr(fast, name, failing)
 
 
-async def test_no_transaction_is_built_on_a_change_that_failed(db_url: str) -> None:
+def _slow_commits(broker: Broker, seconds: float) -> Any:
+    """Every group commit takes ``seconds`` more (the writer thread sleeps; on the loop's
+    connection, the server does); returns the undo."""
+    fast = broker.fast
+    assert fast is not None
+    if isinstance(broker.commits, AsyncCommits):
+        real_query = fast.query
+
+        def slow_query(statements: Any) -> Any:
+            text, params = real_query(statements)
+            return f"SELECT pg_sleep({seconds}); {text}", params
+
+        fast.query = slow_query  # type: ignore[method-assign]
+        return lambda: setattr(fast, "query", real_query)
+    real = fast.write
+
+    def slow(statements: Any) -> None:
+        time.sleep(seconds)
+        real(statements)
+
+    fast.write = slow  # type: ignore[method-assign]
+    return lambda: setattr(fast, "write", real)
+
+
+async def test_no_transaction_is_built_on_a_change_that_failed(db_url: str, mode: str) -> None:
     """A job ends: its grant's release is queued, then the job's row is written through
     SQLAlchemy. If the release's commit fails, the job's row must not say it ended (the
     grant is live again after the rebuild, and nobody would release it)."""
-    broker = _in_process(db_url)
+    broker = _in_process(db_url, mode)
     store = JobStore(broker.engine)
     try:
         view = broker.submit(request("a", "shared", fraction=0.25, kind=Kind.BATCH))
@@ -315,11 +360,13 @@ async def test_no_transaction_is_built_on_a_change_that_failed(db_url: str) -> N
         broker.engine.dispose()
 
 
-async def test_a_request_whose_own_change_failed_is_not_answered_success(db_url: str) -> None:
+async def test_a_request_whose_own_change_failed_is_not_answered_success(
+    db_url: str, mode: str
+) -> None:
     """A handler that awaits between its change and its answer (the admin reconcile): its
     change fails, the broker recovers, another request's change commits; the first must
     still get the 503, not a success for a change that was rolled back."""
-    broker = _in_process(db_url)
+    broker = _in_process(db_url, mode)
     try:
         first = broker.submit(request("a", "shared", fraction=0.25))
         second = broker.submit(request("a", "shared", fraction=0.25))
@@ -357,7 +404,7 @@ async def test_a_job_answered_503_is_not_kept(tmp_path: Path) -> None:
     tokens = static_tokens({"alice": ["vision"]})
     policy = load_policy(str(Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"))
     db = f"sqlite:///{tmp_path}/jobs.sqlite"
-    app = await start_broker(policy, db, tokens, commit_thread="on")
+    app = await start_broker(policy, db, tokens, commit_mode="thread")
     app.jobs.user_root_template = str(tmp_path / "home" / "{username}")
     (tmp_path / "home" / "alice").mkdir(parents=True)
     try:
@@ -385,12 +432,12 @@ class NoticeRecorder(NoEffects):
 
 @pytest.mark.parametrize("commit", ["waits", "fails"])
 async def test_a_victim_is_told_only_once_its_preemption_is_durable(
-    db_url: str, commit: str
+    db_url: str, mode: str, commit: str
 ) -> None:
     recorder = NoticeRecorder()
     broker = Broker(small(), make_engine(db_url), effects=recorder)
     broker.load()
-    broker.start_commit_thread(asyncio.get_running_loop())
+    broker.start_commits(asyncio.get_running_loop(), mode)
     lock = WriteLock(db_url)
     try:
         borrowed = broker.submit(request("b", "train", user="bob", whole=4))  # a's idle GPUs
@@ -433,16 +480,9 @@ async def test_a_handler_that_answers_without_waiting_still_answers_a_durable_ch
     body = {"pool": "train", "gpu": {"count": 1}, "kind": "batch", "priority": "training"}
     status, queued = await call(app, "POST", "/requests", "tok-alice", body)
     assert status == 201 and queued["status"] == "queued", queued
-    assert broker.fast is not None
-    real = broker.fast.write
-
-    def slow(statements: Any) -> None:  # the writer thread's commit takes a second
-        time.sleep(1.0)
-        real(statements)
-
-    broker.fast.write = slow
+    undo = _slow_commits(broker, 1.0)
     status, _ = await call(app, "POST", f"/admin/nodes/{node}/resume", "tok-admin")
     assert status == 200
     by_id = {r.id: r.status for r in rows(db_url, requests_table)}
     assert by_id[queued["request_id"]] == "granted", "answered before the transition's commit"
-    broker.fast.write = real
+    undo()

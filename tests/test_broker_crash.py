@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from brokerkit import COMMIT_THREAD, call, free_port, static_tokens
+from brokerkit import COMMIT_MODE, call, free_port, static_tokens
 from brokerpolicies import crash
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import func, select
@@ -55,7 +55,7 @@ def start(db_url: str, port: int, tokens_file: Path, log: Path) -> subprocess.Po
         "--BrokerApp.reconcile_interval_s=0",
         "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens_file}",
-        f"--BrokerApp.commit_thread={COMMIT_THREAD}",
+        f"--BrokerApp.commit_mode={COMMIT_MODE}",
     ]
     return subprocess.Popen(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
 

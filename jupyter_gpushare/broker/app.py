@@ -124,22 +124,25 @@ class BrokerApp(Application):
         help="Write the hot paths (admission, release) through the DB-API driver directly "
         "(SQLite, PostgreSQL+psycopg2); False: SQLAlchemy Core for every write.",
     )
-    commit_thread = CaselessStrEnum(
-        ["auto", "on", "off"],
+    commit_mode = CaselessStrEnum(
+        ["auto", "inline", "thread", "async"],
         "auto",
         config=True,
-        help="Commit the hot-path writes (admission, release) on a writer thread, grouped, "
-        "instead of on the event loop (broker/commitpipe.py): a change is applied at once and "
-        "its client answered once it is durable. auto: on for PostgreSQL, whose commit is a "
-        "network round trip (0.3 ms mean, 2-3 ms p99) the loop would otherwise wait for; off "
-        "for SQLite, whose commit takes tens of microseconds. Needs raw_sql.",
+        help="How the hot-path writes (admission, release) are committed. inline: each on the "
+        "event loop, which waits for it. thread: grouped, on a writer thread "
+        "(broker/commitpipe.py). async (PostgreSQL only): grouped, sent by the event loop "
+        "without waiting for the answer (broker/commitasync.py). With thread and async a "
+        "change is applied at once and its client answered once it is durable. auto: async "
+        "for PostgreSQL, whose commit is a network round trip (0.3 ms mean, 2-3 ms p99) the "
+        "loop would otherwise wait for; inline for SQLite, whose commit takes tens of "
+        "microseconds. thread and async need raw_sql (else: inline).",
     )
     gil_switch_interval_ms = Float(
         0.5,
         config=True,
         help="Python's thread switch interval (sys.setswitchinterval) in ms while the writer "
-        "thread runs (commit_thread); 0: Python's default (5 ms). A thread that wants the "
-        "interpreter lock waits up to this long while the event loop holds it; the writer "
+        "thread runs (commit_mode thread); 0: Python's default (5 ms). A thread that wants "
+        "the interpreter lock waits up to this long while the event loop holds it; the writer "
         "needs it twice per group commit, so with 5 ms an answer could wait 10 ms more.",
     )
     sqlite_checkpoint_interval_s = Float(
@@ -340,10 +343,21 @@ class BrokerApp(Application):
         )
         return self.web_app
 
-    def _commit_thread_wanted(self) -> bool:
-        if self.commit_thread == "off" or self.broker.fast is None:
-            return False
-        return self.commit_thread == "on" or self.engine.dialect.name == "postgresql"
+    def _commit_mode(self) -> str:
+        """``commit_mode`` for this database: inline, thread or async."""
+        dialect = self.engine.dialect.name
+        mode = self.commit_mode
+        if mode == "auto":
+            mode = "async" if dialect == "postgresql" else "inline"
+        if mode == "async" and dialect != "postgresql":
+            raise ValueError(
+                f"BrokerApp.commit_mode = 'async' needs PostgreSQL; db_url is {dialect} "
+                "(use 'thread' or 'inline')"
+            )
+        if mode != "inline" and self.broker.fast is None:
+            self.log.warning("commit_mode %s needs raw_sql: committing inline", mode)
+            return "inline"
+        return mode
 
     def _cookie_secret(self) -> bytes:
         """The secret that signs login cookies, kept in ``cookie_secret_file``."""
@@ -407,9 +421,10 @@ class BrokerApp(Application):
             len(changes),
         )
         self._switch_interval_before: float | None = None
-        if self._commit_thread_wanted():
-            self.broker.start_commit_thread(asyncio.get_running_loop())
-            if self.gil_switch_interval_ms > 0:
+        mode = self._commit_mode()
+        if mode != "inline":
+            self.broker.start_commits(asyncio.get_running_loop(), mode)
+            if mode == "thread" and self.gil_switch_interval_ms > 0:
                 self._switch_interval_before = sys.getswitchinterval()
                 sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
         await self.jobs.start()

@@ -83,10 +83,14 @@ class CommitFailed(BrokerError):
 
 
 class CommitPipeline:
-    """One writer thread that commits queued changes in order, in groups.
+    """Changes queued in order, committed in groups; what the loop waits on and checks.
 
-    ``on_failure`` is called on the event loop after a failed commit; it must rebuild the
-    broker's state from the database and then call :meth:`resume`.
+    This class holds the bookkeeping (sequence numbers, failures, waiters); a subclass
+    commits: :class:`ThreadCommits` on a writer thread (any database of the fast path),
+    :class:`~.commitasync.AsyncCommits` on the event loop itself with PostgreSQL's
+    non-blocking protocol. ``on_failure`` is called on the event loop after a failed
+    commit; it must rebuild the broker's state from the database and then call
+    :meth:`resume`.
     """
 
     def __init__(
@@ -117,8 +121,6 @@ class CommitPipeline:
         self._wake_scheduled = False
         self._stopping = False
         self._local = threading.local()
-        self._thread = threading.Thread(target=self._run, name="gpushare-commit", daemon=True)
-        self._thread.start()
 
     # -- the loop's side ----------------------------------------------------------------
 
@@ -132,8 +134,9 @@ class CommitPipeline:
                 raise CommitFailed("the broker is stopping")
             self.enqueued += 1
             self._queue.append((self.enqueued, statements))
-            self._lock.notify()
-            return self.enqueued
+            seq = self.enqueued
+        self._kick()
+        return seq
 
     def check(self, seq: int) -> bool:
         """Whether change ``seq`` is durable; raises :class:`CommitFailed` if it failed."""
@@ -149,7 +152,7 @@ class CommitPipeline:
         seq = self.enqueued if seq is None else seq
         if self.check(seq):
             return
-        # no race with the thread: a commit after check() schedules _wake, which runs on
+        # no race with the committer: a commit after check() schedules _wake, which runs on
         # this loop after the append below
         future: asyncio.Future[None] = self.loop.create_future()
         self._waiters.append((seq, future))
@@ -170,15 +173,13 @@ class CommitPipeline:
         """Block until every change enqueued so far is committed; raise
         :class:`CommitFailed` while a failed commit is being recovered from, so that no
         transaction is built on changes that were lost (SQLAlchemy transactions call this
-        first). A no-op on the writer thread itself and inside :meth:`bypass`. It waits as
-        long as the database takes, as a commit on the loop did."""
-        if threading.current_thread() is self._thread or getattr(self._local, "skip", False):
+        first). A no-op inside :meth:`bypass` (and on the writer thread). It waits as long
+        as the database takes, as a commit on the loop did."""
+        if getattr(self._local, "skip", False) or self._on_committer():
             return
-        with self._lock:
-            target = self.enqueued
-            self._lock.wait_for(lambda: self._settled(target))
-            if self.broken is not None:
-                raise CommitFailed(self.broken)
+        self._drain()
+        if self.broken is not None:
+            raise CommitFailed(self.broken)
 
     def failed_within(self, first: int, last: int) -> str | None:
         """Why a change numbered ``first`` to ``last`` failed, if one did."""
@@ -218,16 +219,64 @@ class CommitPipeline:
         log.warning("commits: state rebuilt from the database; writes accepted again")
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Commit what is queued, then stop the thread; ``False`` if it is still committing
-        after ``timeout`` (its connection must then be left alone)."""
+        """Commit what is queued, then stop; ``False`` if a commit is still under way after
+        ``timeout`` (its connection must then be left alone)."""
+        raise NotImplementedError
+
+    # -- what a committer provides ------------------------------------------------------
+
+    def _kick(self) -> None:
+        """A change was enqueued (called on the loop, the lock not held)."""
+        raise NotImplementedError
+
+    def _drain(self) -> None:
+        """Block until every change enqueued so far is durable or failed."""
+        raise NotImplementedError
+
+    def _on_committer(self) -> bool:
+        """Whether the caller is the committer itself (its own transactions never wait)."""
+        return False
+
+    def _call_on_loop(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed (the broker stopped)
+            self.loop.call_soon_threadsafe(callback)
+
+    # -- shared by the committers -------------------------------------------------------
+
+    def _take_group(self) -> list[tuple[int, Statements]]:
+        """The next group: up to ``max_group`` changes from the queue's head (lock held)."""
+        group: list[tuple[int, Statements]] = []
+        while self._queue and len(group) < self.max_group:
+            group.append(self._queue.popleft())
+        self.in_flight = len(group)
+        return group
+
+    def _committed(self, group: list[tuple[int, Statements]]) -> None:
+        """``group`` is durable: advance, and have the loop resolve its waiters."""
         with self._lock:
-            self._stopping = True
-            self._lock.notify()
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            log.error("commits: the writer thread is still committing after %.0f s", timeout)
-            return False
-        return True
+            self.durable = group[-1][0]
+            self.in_flight = 0
+            self.groups += 1
+            self.largest_group = max(self.largest_group, len(group))
+            self._lock.notify_all()
+            schedule = not self._wake_scheduled and not self.loop.is_closed()
+            self._wake_scheduled = self._wake_scheduled or schedule
+        if schedule:
+            self._call_on_loop(self._wake)
+
+    def _fail(self, first: int, exc: BaseException) -> None:
+        """The commit of the group starting at ``first`` failed: it fails, with every change
+        queued behind it; writes are refused until the loop has rebuilt the state."""
+        why = f"{type(exc).__name__}: {exc}".strip()[:500]
+        log.error("commits: a group commit failed (%s); changes %d.. fail", why, first)
+        with self._lock:
+            last = self.enqueued
+            self._queue.clear()
+            self.in_flight = 0
+            self._failed.append((first, last, why))
+            self.broken = why
+            self._lock.notify_all()
+        self._call_on_loop(self._failed_on_loop)
 
     def _wake(self) -> None:
         """Resolve the waiters whose change is now durable or failed (on the loop)."""
@@ -270,23 +319,56 @@ class CommitPipeline:
         self._wake()
         self.on_failure()
 
-    # -- the writer thread --------------------------------------------------------------
 
-    def _take_group(self) -> list[tuple[int, Statements]] | None:
+class ThreadCommits(CommitPipeline):
+    """One writer thread that commits queued changes in order, in groups (any database of
+    the fast path; it holds the interpreter lock while it builds and sends a group)."""
+
+    def __init__(
+        self,
+        writer: FastWriter,
+        loop: asyncio.AbstractEventLoop,
+        on_failure: Callable[[], None],
+        *,
+        max_group: int = MAX_GROUP,
+    ) -> None:
+        super().__init__(writer, loop, on_failure, max_group=max_group)
+        self._thread = threading.Thread(target=self._run, name="gpushare-commit", daemon=True)
+        self._thread.start()
+
+    def _kick(self) -> None:
+        with self._lock:
+            self._lock.notify()
+
+    def _on_committer(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def _drain(self) -> None:
+        with self._lock:
+            target = self.enqueued
+            self._lock.wait_for(lambda: self._settled(target))
+
+    def close(self, timeout: float = 30.0) -> bool:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.error("commits: the writer thread is still committing after %.0f s", timeout)
+            return False
+        return True
+
+    def _next_group(self) -> list[tuple[int, Statements]] | None:
         with self._lock:
             self._lock.wait_for(lambda: bool(self._queue) or self._stopping)
             if not self._queue:
                 return None  # stopping, nothing left
-            group: list[tuple[int, Statements]] = []
-            while self._queue and len(group) < self.max_group:
-                group.append(self._queue.popleft())
-            self.in_flight = len(group)
-            return group
+            return self._take_group()
 
     def _run(self) -> None:
         name_this_thread(b"gpushare-commit")
         while True:
-            group = self._take_group()
+            group = self._next_group()
             if group is None:
                 return
             statements = [s for _, change in group for s in change]
@@ -295,32 +377,7 @@ class CommitPipeline:
             except BaseException as exc:  # the whole group, and all behind it, fail
                 self._fail(group[0][0], exc)
                 continue
-            with self._lock:
-                self.durable = group[-1][0]
-                self.in_flight = 0
-                self.groups += 1
-                self.largest_group = max(self.largest_group, len(group))
-                self._lock.notify_all()
-                schedule = not self._wake_scheduled and not self.loop.is_closed()
-                self._wake_scheduled = self._wake_scheduled or schedule
-            if schedule:
-                self._call_on_loop(self._wake)
-
-    def _fail(self, first: int, exc: BaseException) -> None:
-        why = f"{type(exc).__name__}: {exc}".strip()[:500]
-        log.error("commits: a group commit failed (%s); changes %d.. fail", why, first)
-        with self._lock:
-            last = self.enqueued
-            self._queue.clear()
-            self.in_flight = 0
-            self._failed.append((first, last, why))
-            self.broken = why
-            self._lock.notify_all()
-        self._call_on_loop(self._failed_on_loop)
-
-    def _call_on_loop(self, callback: Callable[[], None]) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop is closed (the broker stopped)
-            self.loop.call_soon_threadsafe(callback)
+            self._committed(group)
 
 
 def name_this_thread(name: bytes) -> None:

@@ -136,6 +136,17 @@ def grant_params(row: dict[str, Any], spec_json: str | None = None) -> tuple[Any
     return tuple(out)
 
 
+def prepare_statements() -> str:
+    """PostgreSQL: the ``PREPARE`` of every statement of :data:`SQL`, as one query (once per
+    connection; :meth:`FastWriter.query` then sends ``EXECUTE``s)."""
+    prepared = []
+    for name, text in SQL.items():
+        n = iter(range(1, 1000))
+        numbered = "".join(f"${next(n)}" if ch == "?" else ch for ch in text)
+        prepared.append(f"PREPARE gpushare_{name} AS {numbered}")
+    return "; ".join(prepared)
+
+
 def supported(engine: Engine) -> bool:
     """Whether :class:`FastWriter` can write for ``engine`` (else use SQLAlchemy)."""
     name, driver = engine.dialect.name, engine.dialect.driver
@@ -193,10 +204,7 @@ class FastWriter:
             conn.rollback()
             conn.autocommit = True  # a multi-statement query is then one implicit transaction
             with conn.cursor() as cur:
-                for name, text in SQL.items():
-                    n = iter(range(1, 1000))
-                    numbered = "".join(f"${next(n)}" if ch == "?" else ch for ch in text)
-                    cur.execute(f"PREPARE gpushare_{name} AS {numbered}")
+                cur.execute(prepare_statements())
         self._raw, self._conn, self._cur = raw, conn, conn.cursor()
         return conn
 
@@ -233,11 +241,7 @@ class FastWriter:
                     conn.execute("ROLLBACK")
                 raise
         else:
-            if len(statements) == 1:
-                text, params = sql[statements[0][0]], statements[0][1]
-            else:
-                text = "; ".join(sql[name] for name, _ in statements)
-                params = tuple(p for _, ps in statements for p in ps)
+            text, params = self.query(statements)
             try:
                 cur.execute(text, params)
             except BaseException:
@@ -247,6 +251,17 @@ class FastWriter:
                     self._drop()
                 raise
         self.commits += 1
+
+    def query(
+        self, statements: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> tuple[str, tuple[Any, ...]]:
+        """PostgreSQL: ``statements`` as one simple query (``EXECUTE …; EXECUTE …``) and its
+        parameters, for a connection that ran :func:`prepare_statements`."""
+        sql = self.sql
+        if len(statements) == 1:
+            return sql[statements[0][0]], statements[0][1]
+        text = "; ".join(sql[name] for name, _ in statements)
+        return text, tuple(p for _, ps in statements for p in ps)
 
     # -- SQLite WAL checkpoints off the event loop ----------------------------------------
 

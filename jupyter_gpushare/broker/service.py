@@ -28,7 +28,8 @@ from ..core.model import Grant, Policy, from_milli
 from ..core.state import CapacityError, ClusterState
 from . import livegrants
 from .base import LIVE_STATUSES, BrokerBase, Pending
-from .commitpipe import CommitPipeline
+from .commitasync import AsyncCommits
+from .commitpipe import ThreadCommits
 from .consistency import ConsistencyMixin
 from .db import grants_table, migrate, nodes_table, requests_table
 from .effects import Effects, NoEffects, NoObserver, Observer
@@ -143,16 +144,25 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
             log.warning("start: %s", line)
         return changes
 
-    # -- commits on the writer thread ---------------------------------------------------------
+    # -- commits off the loop's path ---------------------------------------------------------
 
-    def start_commit_thread(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Commit the fast-path writes on a writer thread from now on (:mod:`.commitpipe`);
-        every SQLAlchemy transaction on the engine first waits for the queue to be empty."""
+    def start_commits(self, loop: asyncio.AbstractEventLoop, mode: str = "thread") -> None:
+        """Commit the fast-path writes in groups from now on, on a writer thread
+        (``thread``, :mod:`.commitpipe`) or on ``loop`` without waiting (``async``,
+        PostgreSQL only, :mod:`.commitasync`); every SQLAlchemy transaction on the engine
+        first waits for the queue to be empty."""
         if self.fast is None:
-            raise ValueError("the writer thread needs the fast path (raw_sql)")
+            raise ValueError("group commits need the fast path (raw_sql)")
         if self.commits is not None:
             return
-        self.commits = CommitPipeline(self.fast, loop, self._after_failed_commit)
+        if mode == "async":
+            if self.engine.dialect.name != "postgresql":
+                raise ValueError(f"async commits need PostgreSQL, not {self.engine.dialect.name}")
+            self.commits = AsyncCommits(self.fast, loop, self._after_failed_commit)
+        elif mode == "thread":
+            self.commits = ThreadCommits(self.fast, loop, self._after_failed_commit)
+        else:
+            raise ValueError(f"unknown commit mode {mode!r} (thread, async)")
         event.listen(self.engine, "begin", self._wait_for_commits)
 
     def _wait_for_commits(self, conn: object) -> None:
