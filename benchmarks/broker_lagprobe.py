@@ -18,7 +18,8 @@ While on, it also records, to the same name plus ``.req``, where an admission's 
 time: headers read to answer written; start: unix time the headers were read), ``["submit",
 end, wall s, CPU s]`` per ``Broker.submit`` (decision, commit and apply) and ``["write",
 end, wall s, CPU s]`` per fast-path transaction (the commit: wall minus CPU is the wait for
-the database), and ``["slow", end, CPU s, what]`` per callback of the loop that took over
+the database; for a group the event loop sent, ``BrokerApp.commit_mode = async``, its round
+trip with CPU 0), and ``["slow", end, CPU s, what]`` per callback of the loop that took over
 ``SLOW`` seconds of CPU (what: the handle's repr, for a task its coroutine and where it
 stood). With ``$GPUSHARE_LAG_GCWHY`` set, the first 20 collections of over 1 ms also record
 what their generation held when they began (``["gcwhy", end, generation, CPU s, objects,
@@ -118,6 +119,28 @@ def main() -> None:
 
     timed(service.Broker, "submit", "submit")
     timed(fastsql.FastWriter, "write", "write")
+    try:  # commits sent by the loop: a group's round trip, from its query sent to its answer
+        from jupyter_gpushare.broker import commitasync
+    except ImportError:  # a baseline from before them
+        commitasync = None  # type: ignore[assignment]
+    if commitasync is not None:
+        send, committed = commitasync.AsyncCommits._send, commitasync.AsyncCommits._committed
+
+        def _send(self: Any) -> bool:
+            sent = send(self)
+            if sent and state["task"] is not None:
+                self._probe_sent = time.perf_counter()
+            return sent
+
+        def _committed(self: Any, group: Any) -> None:
+            sent = getattr(self, "_probe_sent", None)
+            if sent is not None and state["task"] is not None:
+                steps.append(("write", time.time(), time.perf_counter() - sent, 0.0))
+            self._probe_sent = None
+            committed(self, group)
+
+        commitasync.AsyncCommits._send = _send  # type: ignore[method-assign]
+        commitasync.AsyncCommits._committed = _committed  # type: ignore[method-assign]
     log_request = broker_app.BrokerApp._log_request
 
     def _log_request(self: broker_app.BrokerApp, handler: Any) -> None:
