@@ -86,6 +86,29 @@ def realtime_threads(pid: int) -> list[tuple[int, int]]:
     return chosen
 
 
+def postgres_processes(db_url: str) -> list[int]:
+    """The PostgreSQL server behind ``db_url`` (started by this script, on this machine):
+    its postmaster and every process under it (the broker's backends, the WAL writer)."""
+    port = db_url.rpartition(":")[2].partition("/")[0]
+    roots = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            if argv and argv[0].endswith(b"postgres") and port.encode() in argv:
+                roots.append(int(entry))
+    found: list[int] = []
+    while roots:
+        pid = roots.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+                roots.extend(int(c) for c in children)
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -237,9 +260,10 @@ async def open_loop(
             "late_p99": pct(late, 99), "times": times}
 
 
-def probe_switch(pid: int, lag_file: Path, on: bool) -> None:
-    """Switch the broker's loop-lag probe on or off (``broker_lagprobe.py``)."""
-    Path(f"{lag_file}.ctl").write_text("on" if on else "off")
+def probe_switch(pid: int, lag_file: Path, on: bool, callbacks: bool = False) -> None:
+    """Switch the broker's loop-lag probe on or off (``broker_lagprobe.py``); with
+    ``callbacks`` it also times every callback of the loop (CPU; costly)."""
+    Path(f"{lag_file}.ctl").write_text(("on callbacks" if callbacks else "on") if on else "off")
     os.kill(pid, signal.SIGUSR2)
 
 
@@ -290,7 +314,7 @@ async def reconcile_probe(port: int, pid: int, lag_file: Path) -> dict[str, Any]
     answer bounds the longest time the pass held the broker's event loop. The broker's own
     loop-lag probe (``broker_lagprobe.py``, switched on by SIGUSR2 meanwhile) tells the work
     that held the loop (CPU of its thread) from waits for a core (wall): see ``lag_figures``."""
-    probe_switch(pid, lag_file, True)
+    probe_switch(pid, lag_file, True, callbacks=True)
     done = asyncio.Event()
     probes: list[float] = []
 
@@ -526,8 +550,16 @@ def run_one(
         cpu1 = cpu_s(proc.pid)
         probe_switch(proc.pid, lag_file, True)  # the broker's probe on for the open loop
         rt_threads = realtime_threads(proc.pid) if args.rt else []
+        # the database server, as if on a machine of its own: on the clients' cores, at
+        # their priority (else each commit's round trip waits behind the clients for a core)
+        db_procs = postgres_processes(db_url) if args.rt and db_url.startswith("postgres") else []
+        for pid in db_procs:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(pid, set(cpus[1:]) or set(cpus))
+        rt_threads += [(pid, 0) for pid in db_procs]
         for pid, prio in rt_threads:  # the broker's loop, its writer thread, the clients
-            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + prio))
+            with contextlib.suppress(OSError):  # (a database process that ended meanwhile)
+                os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + prio))
         wait0, since = runqueue_s(proc.pid), time.time()
         use0 = thread_use(proc.pid)
         try:
@@ -539,7 +571,11 @@ def run_one(
             waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
             use1 = thread_use(proc.pid)
             for pid, _ in rt_threads:
-                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+                with contextlib.suppress(OSError):
+                    os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+            for pid in db_procs:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(pid, set(cpus))
         probe_switch(proc.pid, lag_file, False)
         cpu2 = cpu_s(proc.pid)
         rss = rss_mib(proc.pid)
@@ -751,7 +787,9 @@ def main() -> None:
         "one above) and the clients at this SCHED_FIFO priority (e.g. 10, needs "
         "root): each then runs whenever it has work, as on a core of its own, while its "
         "~60 %% of a core leaves the rest to the machine's other work (the closed loop, "
-        "which takes a whole core, stays as it is); reported in the output",
+        "which takes a whole core, stays as it is); with PostgreSQL its server's processes "
+        "too, moved to the clients' cores (as a database on a machine of its own, whose "
+        "answers do not wait behind the clients for a core); reported in the output",
     )
     parser.add_argument(
         "--queued",
@@ -840,7 +878,8 @@ def main() -> None:
         + (f", broker (and its autogroup) and clients at nice {args.nice}" if args.nice else "")
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
         + (
-            f", open loop at SCHED_FIFO {args.rt} (broker loop and commit thread, clients)"
+            f", open loop at SCHED_FIFO {args.rt} (broker loop and commit thread, clients; "
+            "PostgreSQL's processes too, on the clients' cores)"
             if args.rt
             else ""
         )

@@ -281,6 +281,39 @@ async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str, mode: s
         engine.dispose()
 
 
+async def test_a_transaction_on_a_worker_thread_waits_for_the_queue(
+    db_url: str, mode: str
+) -> None:
+    """A read in run_in_executor (the job runner's sweep, the admin page) waits for the
+    queue like one on the loop, while the loop goes on (and, with async commits, is the
+    only one that touches the writer's connection)."""
+    engine = make_engine(db_url)
+    broker = Broker(small(), engine)
+    broker.load()
+    loop = asyncio.get_running_loop()
+    broker.start_commits(loop, mode)
+    lock = WriteLock(db_url)
+
+    def count() -> int:
+        with engine.begin() as conn:
+            return int(conn.execute(select(func.count()).select_from(grants_table)).scalar())
+
+    try:
+        lock.hold()
+        view = broker.submit(request("a", "shared", user="alice"))
+        assert view["status"] == "granted"
+        read = loop.run_in_executor(None, count)
+        await asyncio.sleep(0.5)  # the loop runs meanwhile
+        assert not read.done(), "the worker's transaction did not wait for the queue"
+        lock.release()
+        assert await asyncio.wait_for(read, 10) == 1
+        assert broker.commits is not None and broker.commits.backlog == 0
+    finally:
+        lock.release()
+        broker.close()
+        engine.dispose()
+
+
 # -- what the review found (each went red before its fix) ---------------------------------
 
 

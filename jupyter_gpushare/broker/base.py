@@ -32,7 +32,7 @@ LIVE_STATUSES = ("queued", "preempting")
 
 TASK_WRITES: ContextVar[tuple[int, int] | None] = ContextVar("gpushare_task_writes", default=None)
 """The first and last sequence numbers of the changes the current asyncio task (a request's
-handler: tornado runs each in a task of its own) enqueued on the writer thread."""
+handler: tornado runs each in a task of its own) enqueued for a group commit."""
 
 
 @dataclass
@@ -73,7 +73,7 @@ class BrokerBase:
             if raw_sql and fastsql.supported(engine)
             else None
         )
-        # the writer thread for those writes (None: they commit on the caller's thread)
+        # the group commits of those writes (None: each commits on the caller's thread)
         self.commits: CommitPipeline | None = None
         # (user, idempotency key) -> (sequence number, answer) of admissions not yet durable
         self.unsettled_keys: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = (
@@ -115,9 +115,9 @@ class BrokerBase:
 
     def write_fast(self, statements: Statements) -> int:
         """Write one change through the fast path: committed before this returns, or, with
-        the writer thread (:mod:`.commitpipe`), enqueued (raises before enqueueing while a
+        the group commits (:mod:`.commitpipe`), enqueued (raises before enqueueing while a
         failed commit is being recovered from, so the caller applies nothing). Returns the
-        change's sequence number on the writer thread (0: already committed); the changes
+        change's sequence number in the group commits (0: already committed); the changes
         of the current task (a request's handler) are remembered for :meth:`durable`."""
         assert self.fast is not None
         if self.commits is None:
@@ -155,7 +155,7 @@ class BrokerBase:
 
     def after_durable(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once every change enqueued so far is durable (at once without the
-        writer thread; never if one of them fails): what the outside world is told."""
+        group commits; never if one of them fails): what the outside world is told."""
         if self.commits is None:
             callback()
         else:
@@ -163,7 +163,7 @@ class BrokerBase:
 
     def reading_committed(self) -> AbstractContextManager[None]:
         """A block whose database reads take what is committed, without waiting for the
-        writer thread's queue (:meth:`~.commitpipe.CommitPipeline.bypass`)."""
+        commit queue (:meth:`~.commitpipe.CommitPipeline.bypass`)."""
         return self.commits.bypass() if self.commits is not None else nullcontext()
 
     def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:

@@ -22,7 +22,9 @@ tell when the answer is in through their socket, which the loop watches like any
   connection is closed and a new one opened for the next group.
 
 What must block still blocks, as with the thread: :meth:`flush` (every SQLAlchemy
-transaction of the broker calls it first) waits on the socket until the queue is committed.
+transaction of the broker calls it first) waits on the socket until the queue is committed
+(on a worker thread, such as a read in ``run_in_executor``, it waits for the loop to commit
+it instead). Only the loop touches the connection.
 Opening the connection (at start, and after a failure) also blocks, for at most
 :data:`CONNECT_TIMEOUT_S`.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +61,7 @@ class AsyncCommits(CommitPipeline):
         max_group: int = MAX_GROUP,
     ) -> None:
         super().__init__(writer, loop, on_failure, max_group=max_group)
+        self._loop_thread = threading.get_ident()  # built on the loop (BrokerApp.start_async)
         self._group: list[tuple[int, Statements]] | None = None  # the one in flight
         self._conn: Any = None
         self._cur: Any = None
@@ -83,6 +87,10 @@ class AsyncCommits(CommitPipeline):
             conn.close()
             raise
         self._conn, self._cur, self._fd = conn, cur, conn.fileno()
+        # watched for as long as it is open (two system calls per group saved): readable
+        # with no group in flight means the server said something of its own (it closes)
+        self.loop.add_reader(self._fd, self._ready)
+        self._watched = _POLL_READ
 
     def _close(self) -> None:
         self._unwatch()
@@ -96,8 +104,14 @@ class AsyncCommits(CommitPipeline):
     # -- sending and answers ------------------------------------------------------------
 
     def _kick(self) -> None:
-        if self._send():
+        if threading.get_ident() != self._loop_thread:  # a write from a worker thread
+            self._call_on_loop_threadsafe(self._kick)
+        elif self._send():
             self._advance(block=False)
+
+    def _call_on_loop_threadsafe(self, callback: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed (the broker stopped)
+            self.loop.call_soon_threadsafe(callback)
 
     def _send(self) -> bool:
         """Send the queue as the next group, unless one is in flight; whether one was sent."""
@@ -135,14 +149,21 @@ class AsyncCommits(CommitPipeline):
             if not block:
                 self._watch(state)
                 return
-            self._unwatch()
             readable = [self._fd] if state == _POLL_READ else []
             writable = [self._fd] if state == _POLL_WRITE else []
             select.select(readable, writable, [])
-        self._unwatch()
+        if self._conn is not None:
+            self._watch(_POLL_READ)
 
     def _ready(self) -> None:
-        self._advance(block=False)
+        if self._group is not None:
+            self._advance(block=False)
+            return
+        try:  # nothing in flight: read what came (a notice, the server closing)
+            self._conn.poll()
+        except Exception as exc:
+            log.warning("commits: the writer's connection was lost (%s); a new one next", exc)
+            self._close()
 
     def _watch(self, state: int) -> None:
         if self._watched == state:
@@ -174,6 +195,11 @@ class AsyncCommits(CommitPipeline):
 
     def _drain(self) -> None:
         target = self.enqueued
+        if threading.get_ident() != self._loop_thread:
+            # a transaction on a worker thread (run_in_executor): the loop goes on sending
+            with self._lock:
+                self._lock.wait_for(lambda: self._settled(target))
+            return
         while not self._settled(target):
             if self._group is None and not self._send():
                 break  # nothing left to send (it failed: settled)

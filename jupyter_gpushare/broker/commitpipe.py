@@ -1,10 +1,11 @@
-"""Commits off the event loop: the hot-path writes go to one writer thread, in order.
+"""Group commits: the hot-path writes are queued in order and committed without the event
+loop waiting for them.
 
 Without it, every admission waits on the event loop for its commit (:class:`~.fastsql.
 FastWriter`), which on PostgreSQL is a round trip to the server: 0.3 ms on average and
 2-3 ms at the 99th percentile on a loaded machine, during which no other request is read.
 With it, a change is still decided, written and applied in one step on the loop, but
-"written" means *handed to the writer thread*:
+"written" means *queued*:
 
 1. the core decides against the in-memory state;
 2. the change's statements are **enqueued** (:meth:`CommitPipeline.write`), which returns
@@ -15,12 +16,15 @@ With it, a change is still decided, written and applied in one step on the loop,
 4. the handler **answers only once the change is durable** (:meth:`CommitPipeline.wait`):
    a client is never told about a grant that a ``kill -9`` could lose.
 
-The thread commits what waits in the queue as **one** transaction (group commit, at most
+What waits in the queue is committed as **one** transaction (group commit, at most
 :data:`MAX_GROUP` changes): under load one round trip serves many admissions. Changes are
 committed in the order they were enqueued, so the database goes through the same states
-as memory, only later.
+as memory, only later. Two committers share this bookkeeping: :class:`ThreadCommits`, a
+writer thread (any database of the fast path), and :class:`~.commitasync.AsyncCommits`,
+which sends the groups from the event loop itself over PostgreSQL's non-blocking protocol
+(no thread, no hand-offs of the interpreter lock: the default on PostgreSQL).
 
-Two rules keep every other write consistent with the queue:
+Three rules keep every other write consistent with the queue:
 
 * **Any SQLAlchemy transaction on the broker's engine first waits for the queue to be
   empty** (a ``begin`` listener, :meth:`CommitPipeline.flush`): a cancel never updates a row

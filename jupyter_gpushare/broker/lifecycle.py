@@ -8,7 +8,7 @@ loop, changes are serialised without a lock):
 3. only after the commit, apply it to the in-memory state.
 
 If the commit fails nothing is applied, so the state never holds what the database does
-not. With the writer thread (:mod:`.commitpipe`, PostgreSQL by default), step 2 enqueues
+not. With group commits (:mod:`.commitpipe`, PostgreSQL by default), step 2 enqueues
 the transaction instead and the handler answers once it is durable; a failed commit makes
 the broker rebuild its state from the database.
 
@@ -158,7 +158,7 @@ class LifecycleMixin(ViewsMixin):
                 self._mark_victims(conn, marks)
         self._carry_out(req, decision, grant, victims, now)
         view = self._view_from_decision(req, decision, status, grant, now)
-        if idempotency_key and seq:  # seq: enqueued on the writer thread
+        if idempotency_key and seq:  # seq: enqueued for a group commit
             self.unsettled_keys[(req.user, idempotency_key)] = (seq, view)
         return view
 

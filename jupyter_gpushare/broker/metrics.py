@@ -90,10 +90,10 @@ class _StateCollector(Collector):
         drained = g("gpushare_node_drained", "1 when the node is drained (cordoned)",
                     labels=["node", "pool"])
         backlog = g("gpushare_commit_backlog",
-                    "Changes applied and waiting for their commit on the writer thread")
+                    "Changes applied and waiting for their group commit")
         groups = CounterMetricFamily(
             "gpushare_commit_groups",
-            "Group commits done by the writer thread since the broker started",
+            "Group commits done since the broker started (BrokerApp.commit_mode thread or async)",
         )
         families = (grants, used, borrowed, guaranteed, limit, measured, busy, month, budget,
                     capacity, queue, preempting, power, drained, backlog, groups)

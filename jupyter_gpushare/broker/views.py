@@ -244,7 +244,7 @@ class ViewsMixin(LedgerMixin):
 
     def get_request(self, request_id: str, durable: bool = False) -> dict[str, Any] | None:
         """The request as the database has it. ``durable``: read what is committed without
-        waiting for the writer thread's queue (a client's poll: everything it was answered is
+        waiting for the commit queue (a client's poll: everything it was answered is
         committed already); else the read waits for the queue first."""
         with self.reading_committed() if durable else nullcontext(), self.engine.connect() as conn:
             row = conn.execute(
@@ -327,7 +327,7 @@ class ViewsMixin(LedgerMixin):
         return {"team": team.name, "month": f"{year:04d}-{month:02d}", "pools": pools}
 
     def find_idempotent(self, user: str, key: str) -> dict[str, Any] | None:
-        """The request made with this idempotency key, if any. With the writer thread, one
+        """The request made with this idempotency key, if any. With group commits, one
         whose commit is in flight is found in memory, so the read does not wait for it."""
         unsettled = self.unsettled_answer(user, key)
         if unsettled is not None:
