@@ -88,7 +88,9 @@ def realtime_threads(pid: int) -> list[tuple[int, int]]:
 
 def postgres_processes(db_url: str) -> list[int]:
     """The PostgreSQL server behind ``db_url`` (started by this script, on this machine):
-    its postmaster and every process under it (the broker's backends, the WAL writer)."""
+    the backends serving its clients (the broker's connections). Not its other processes:
+    the autovacuum workers, the checkpointer, the writers run at the machine's usual
+    priority, as they would next to a busy database."""
     port = db_url.rpartition(":")[2].partition("/")[0]
     roots = []
     for entry in os.listdir("/proc"):
@@ -99,13 +101,14 @@ def postgres_processes(db_url: str) -> list[int]:
             if argv and argv[0].endswith(b"postgres") and port.encode() in argv:
                 roots.append(int(entry))
     found: list[int] = []
-    while roots:
-        pid = roots.pop()
-        found.append(pid)
+    for root in roots:
         with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{pid}/task"):
-                children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
-                roots.extend(int(c) for c in children)
+            for task in os.listdir(f"/proc/{root}/task"):
+                children = Path(f"/proc/{root}/task/{task}/children").read_text().split()
+                for child in children:
+                    title = Path(f"/proc/{child}/cmdline").read_bytes()
+                    if b"127.0.0.1(" in title:  # "postgres: USER DB 127.0.0.1(PORT) idle"
+                        found.append(int(child))
     return found
 
 
@@ -787,7 +790,7 @@ def main() -> None:
         "one above) and the clients at this SCHED_FIFO priority (e.g. 10, needs "
         "root): each then runs whenever it has work, as on a core of its own, while its "
         "~60 %% of a core leaves the rest to the machine's other work (the closed loop, "
-        "which takes a whole core, stays as it is); with PostgreSQL its server's processes "
+        "which takes a whole core, stays as it is); with PostgreSQL the server's backends "
         "too, moved to the clients' cores (as a database on a machine of its own, whose "
         "answers do not wait behind the clients for a core); reported in the output",
     )
@@ -879,7 +882,7 @@ def main() -> None:
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
         + (
             f", open loop at SCHED_FIFO {args.rt} (broker loop and commit thread, clients; "
-            "PostgreSQL's processes too, on the clients' cores)"
+            "PostgreSQL's backends too, on the clients' cores)"
             if args.rt
             else ""
         )
