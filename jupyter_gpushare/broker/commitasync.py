@@ -187,6 +187,15 @@ class AsyncCommits(CommitPipeline):
         self._close()
         self._fail(group[0][0], exc)
 
+    def _announce(self) -> None:
+        # on the loop already: resolve the waiters now (their tasks run on the loop's next
+        # turn, one turn sooner than through a callback); what waits to tell the outside
+        # world (on_durable) runs in a callback of its own, outside the committer's code
+        self._resolve_waiters()
+        if self._after and not self._wake_scheduled:
+            self._wake_scheduled = True
+            self._call_on_loop(self._wake)
+
     def _call_on_loop(self, callback: Callable[[], None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed (the broker stopped)
             self.loop.call_soon(callback)  # called on the loop itself: no wake-up needed

@@ -263,6 +263,11 @@ class CommitPipeline:
             self.groups += 1
             self.largest_group = max(self.largest_group, len(group))
             self._lock.notify_all()
+        self._announce()
+
+    def _announce(self) -> None:
+        """Have the loop resolve the waiters (from the committer: once per burst)."""
+        with self._lock:
             schedule = not self._wake_scheduled and not self.loop.is_closed()
             self._wake_scheduled = self._wake_scheduled or schedule
         if schedule:
@@ -287,6 +292,9 @@ class CommitPipeline:
         self._wake_scheduled = False
         if self._after:
             self._run_after()
+        self._resolve_waiters()
+
+    def _resolve_waiters(self) -> None:
         if not self._waiters:
             return
         keep: list[tuple[int, asyncio.Future[None]]] = []
