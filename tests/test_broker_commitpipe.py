@@ -1,7 +1,8 @@
-"""Commits on the writer thread (broker/commitpipe.py), against a real database.
+"""Group commits (broker/commitpipe.py, commitasync.py), against a real database.
 
-A second connection takes the write lock, so the writer thread's commit waits for it; this
-shows what the pipeline promises, on SQLite and on a real PostgreSQL server:
+Every test runs on SQLite with the writer thread and on a real PostgreSQL server with the
+writer thread and with the event loop's own non-blocking commits. A second connection takes
+the write lock, so the group's commit waits for it; this shows what the pipeline promises:
 
 * an admission is applied at once but answered only once it is durable, and the event loop
   serves other requests while the commit waits;
@@ -519,3 +520,33 @@ async def test_a_handler_that_answers_without_waiting_still_answers_a_durable_ch
     by_id = {r.id: r.status for r in rows(db_url, requests_table)}
     assert by_id[queued["request_id"]] == "granted", "answered before the transition's commit"
     undo()
+
+
+async def test_async_commits_reconnect_after_the_server_drops_an_idle_connection(
+    postgres: Any,  # noqa: F811  (the fixture)
+) -> None:
+    """The server closes the writer's idle connection (a restart, an idle timeout): the
+    loop notices on the socket, and the next change goes through a new connection instead
+    of failing with a 503."""
+    db_url = postgres.new_database("pipe")
+    broker = _in_process(db_url, "async")
+    try:
+        first = broker.submit(request("a", "shared", user="alice"))
+        await broker.durable()
+        commits = broker.commits
+        assert isinstance(commits, AsyncCommits)
+        writer_pid = commits._conn.info.backend_pid
+        killer = create_engine(db_url)
+        with killer.connect() as conn:
+            conn.exec_driver_sql(f"SELECT pg_terminate_backend({writer_pid})")
+        killer.dispose()
+        await until(lambda: commits._conn is None, timeout=10)  # seen on the loop
+        second = broker.submit(request("a", "shared", user="bob"))
+        await broker.durable()
+        assert commits.broken is None and commits._conn is not None
+        assert commits._conn.info.backend_pid != writer_pid
+        in_db = {r.id for r in rows(db_url, grants_table)}
+        assert in_db == {first["grant_id"], second["grant_id"]}
+    finally:
+        broker.close()
+        broker.engine.dispose()
