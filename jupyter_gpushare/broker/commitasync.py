@@ -31,7 +31,6 @@ Opening the connection (at start, and after a failure) also blocks, for at most
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import select
 import threading
@@ -39,8 +38,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .commitpipe import MAX_GROUP, CommitPipeline, Statements, log
-from .fastsql import FastWriter, prepare_statements
+from .commitpipe import CommitPipeline, Statements, log
+from .fastsql import prepare_statements
 
 CONNECT_TIMEOUT_S = 10.0
 """How long opening the writer's connection (and preparing its statements) may take."""
@@ -52,15 +51,7 @@ class AsyncCommits(CommitPipeline):
     """Group commits on the event loop through a non-blocking psycopg2 connection; opens
     it at once (blocking, at most :data:`CONNECT_TIMEOUT_S`)."""
 
-    def __init__(
-        self,
-        writer: FastWriter,
-        loop: asyncio.AbstractEventLoop,
-        on_failure: Callable[[], None],
-        *,
-        max_group: int = MAX_GROUP,
-    ) -> None:
-        super().__init__(writer, loop, on_failure, max_group=max_group)
+    def _start(self) -> None:
         self._loop_thread = threading.get_ident()  # built on the loop (BrokerApp.start_async)
         self._group: list[tuple[int, Statements]] | None = None  # the one in flight
         self._conn: Any = None

@@ -125,6 +125,7 @@ class CommitPipeline:
         self._wake_scheduled = False
         self._stopping = False
         self._local = threading.local()
+        self._start()
 
     # -- the loop's side ----------------------------------------------------------------
 
@@ -228,6 +229,10 @@ class CommitPipeline:
         raise NotImplementedError
 
     # -- what a committer provides ------------------------------------------------------
+
+    def _start(self) -> None:
+        """Get ready to commit (the end of ``__init__``)."""
+        raise NotImplementedError
 
     def _kick(self) -> None:
         """A change was enqueued (called on the loop, the lock not held)."""
@@ -336,15 +341,7 @@ class ThreadCommits(CommitPipeline):
     """One writer thread that commits queued changes in order, in groups (any database of
     the fast path; it holds the interpreter lock while it builds and sends a group)."""
 
-    def __init__(
-        self,
-        writer: FastWriter,
-        loop: asyncio.AbstractEventLoop,
-        on_failure: Callable[[], None],
-        *,
-        max_group: int = MAX_GROUP,
-    ) -> None:
-        super().__init__(writer, loop, on_failure, max_group=max_group)
+    def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gpushare-commit", daemon=True)
         self._thread.start()
 
