@@ -195,8 +195,8 @@ def _palette_submit(chrome: Any, hub: Hub) -> None:
         page.keyboard.press("Control+Shift+C")
         box = page.locator(".lm-CommandPalette-input")
         box.wait_for(state="visible", timeout=30000)
-        box.fill("Submit Notebook as Batch Job")
-        try:
+        try:  # (it can close between being seen and being typed into: a CI run did)
+            box.fill("Submit Notebook as Batch Job", timeout=5000)
             item.click(timeout=5000)
             break
         except PlaywrightTimeout:

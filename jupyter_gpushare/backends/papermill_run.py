@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,20 @@ def _error_of(exc: BaseException, executed: Path) -> dict[str, Any]:
             "cell_index": None, "execution_count": None, "source": ""}
 
 
+def _ipc_kernel_manager(sockets: str) -> type:
+    """A kernel manager whose kernel talks over Unix sockets in ``sockets``, not TCP: with
+    TCP the manager picks free ports and the kernel binds them later, and on a busy node
+    another process can take one in between ("Address already in use", the kernel dies
+    before it answers: seen when many jobs start at once)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):  # type: ignore[misc]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(transport="ipc", ip=os.path.join(sockets, "k"), **kwargs)
+
+    return IPCKernelManager
+
+
 def run(attempt_dir: Path) -> int:
     spec = json.loads((attempt_dir / "spec.json").read_text())
     started = time.time()
@@ -92,11 +107,15 @@ def run(attempt_dir: Path) -> int:
     watchdog.start()
     error: dict[str, Any] | None = None
     code = 0
+    stack = contextlib.ExitStack()
     try:
         if spec.get("cwd"):
             os.makedirs(spec["cwd"], exist_ok=True)
         import papermill
 
+        # short paths (a Unix socket's is limited to 107 bytes), removed after the run
+        sockets = tempfile.mkdtemp(prefix="gpushare-kernel-")
+        stack.callback(shutil.rmtree, sockets, True)
         papermill.execute_notebook(
             str(attempt_dir / "input.ipynb"),
             str(local_out),
@@ -108,6 +127,7 @@ def run(attempt_dir: Path) -> int:
             progress_bar=False,
             cwd=spec.get("cwd") or None,
             request_save_on_cell_execute=True,
+            kernel_manager_class=_ipc_kernel_manager(sockets),
         )
     except BaseException as exc:  # noqa: BLE001 - every failure is reported in status.json
         error = _error_of(exc, local_out)
@@ -117,6 +137,7 @@ def run(attempt_dir: Path) -> int:
                          evalue=watchdog.message)
             code = 1
         print(f"--- {error.get('summary')} ---", flush=True)
+    stack.close()
     watchdog.stop()
     out = spec.get("output_path")
     copied = None
