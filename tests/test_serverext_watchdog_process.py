@@ -90,6 +90,13 @@ async def test_python_in_a_terminal_over_the_limit_is_stopped_and_the_terminal_s
     term = jp_serverapp.web_app.settings["terminal_manager"].terminals[name]
     term.ptyproc.write(f"cd {jp_root_dir} && {sys.executable} train.py {mode}\n")
     proc = await child_of(term.ptyproc.pid, "train.py")
+    # not before it says so: a stubborn one ignores SIGTERM only from then on (a CI run on
+    # a loaded machine had it stopped by SIGTERM before it got there)
+    shown = ""
+    while "training\r\n" not in shown and "training\n" not in shown:
+        msg = json.loads(await asyncio.wait_for(term_ws.read_message(), 30))
+        if msg[0] == "stdout":
+            shown += msg[1]
     sim = svc.simulated_sampler
     assert sim is not None
     sim.set_process_memory(proc.pid, OVER, GPU, sm_util_pct=50)
