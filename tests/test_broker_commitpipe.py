@@ -550,3 +550,30 @@ async def test_async_commits_reconnect_after_the_server_drops_an_idle_connection
     finally:
         broker.close()
         broker.engine.dispose()
+
+
+async def test_async_commits_send_a_worker_threads_write_from_the_loop(postgres: Any) -> None:  # noqa: F811
+    """A change enqueued on a worker thread is sent by the loop: only the loop touches the
+    non-blocking connection."""
+    db_url = postgres.new_database("pipe")
+    broker = _in_process(db_url, "async")
+    try:
+        commits = broker.commits
+        fast = broker.fast
+        assert isinstance(commits, AsyncCommits) and fast is not None
+        senders: list[int] = []
+        real_query = fast.query
+
+        def query(statements: Any) -> Any:
+            senders.append(threading.get_ident())
+            return real_query(statements)
+
+        fast.query = query  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        change = [("close_request", (time.time(), "r-none"))]  # a valid write of no row
+        seq = await loop.run_in_executor(None, commits.write, change)
+        await asyncio.wait_for(commits.wait(seq), 10)
+        assert senders == [threading.get_ident()]  # this test runs on the loop's thread
+    finally:
+        broker.close()
+        broker.engine.dispose()
