@@ -15,7 +15,10 @@ folder like the tests do) it
      per second (with ``--release`` each grant is released at once, so the live count stays at
      ~10,000 and the broker serves two calls per admission);
    * *latency*: open loop, the 200 clients together offer ``--rate`` admissions per second;
-     p50/p99 of the POST /requests latency seen by the client.
+     p50/p99 of the POST /requests latency seen by the client. Each admission is a new
+     server; with ``--open-restarts`` it restarts a server of the closed loop instead (its
+     grant is released first: two changes per admission). Until 2026-12-02 every open loop
+     did that, without meaning to (its users were the closed loop's).
 
 It also prints the broker's CPU time per admission (all its threads, from /proc): on a
 machine shared with other work the latencies include time the broker's core spent on other
@@ -185,13 +188,15 @@ class Conn:
         return status, json.loads(data) if data[:1] == b"{" else None
 
 
-def make_body(rng: random.Random, i: int, whole_share: float) -> dict[str, Any]:
+def make_body(
+    rng: random.Random, i: int, whole_share: float, prefix: str = "u"
+) -> dict[str, Any]:
     team = f"t{rng.randrange(TEAMS)}"
     if rng.random() < whole_share:
         ask: dict[str, Any] = {"pool": "train", "gpu": {"count": 1}}
     else:
         ask = {"pool": "shared", "gpu": {"fraction": rng.choice([0.125, 0.25])}}
-    return {**ask, "user": f"u{i}", "server": "", "groups": [team]}
+    return {**ask, "user": f"{prefix}{i}", "server": "", "groups": [team]}
 
 
 async def closed_loop(
@@ -223,7 +228,8 @@ async def closed_loop(
 
 
 async def open_loop(
-    port: int, clients: int, seconds: float, rate: float, whole: float, release: bool
+    port: int, clients: int, seconds: float, rate: float, whole: float, release: bool,
+    restarts: bool = False,
 ) -> dict[str, Any]:
     lat: list[float] = []
     times: dict[str, tuple[float, float]] = {}  # user: (sent, answer read), unix time
@@ -240,7 +246,9 @@ async def open_loop(
         while nxt < stop:
             await asyncio.sleep(max(0.0, nxt - time.perf_counter()))
             t0, sent = time.perf_counter(), time.time()
-            body = make_body(rng, c * 100000 + n, whole)
+            # new servers (users the closed loop did not use), or with --open-restarts the
+            # closed loop's servers again (each admission first releases that server's grant)
+            body = make_body(rng, c * 100000 + n, whole, "u" if restarts else "o")
             status, ans = await conn.call("POST", "/requests", body)
             lat.append(time.perf_counter() - t0)
             times[body["user"]] = (sent, time.time())
@@ -268,6 +276,19 @@ def probe_switch(pid: int, lag_file: Path, on: bool, callbacks: bool = False) ->
     ``callbacks`` it also times every callback of the loop (CPU; costly)."""
     Path(f"{lag_file}.ctl").write_text(("on callbacks" if callbacks else "on") if on else "off")
     os.kill(pid, signal.SIGUSR2)
+
+
+def profiler(args: argparse.Namespace, pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """With ``--profile-open``: py-spy sampling the broker during the open loop, without
+    stopping it (``--nonblocking``), its stacks collapsed into ``out``."""
+    if not args.profile_open:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--nonblocking", "--rate", "200", "--format",
+         "raw", "--duration", str(int(args.seconds)), "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
 
 
 def cpu_s(pid: int) -> float:
@@ -551,7 +572,8 @@ def run_one(
             closed_loop(port, args.clients, args.seconds, args.whole_share, args.release)
         )
         cpu1 = cpu_s(proc.pid)
-        probe_switch(proc.pid, lag_file, True)  # the broker's probe on for the open loop
+        # the broker's probe on for the open loop (--open-callbacks: naming slow callbacks)
+        probe_switch(proc.pid, lag_file, True, callbacks=args.open_callbacks)
         rt_threads = realtime_threads(proc.pid) if args.rt else []
         # the database server, as if on a machine of its own: on the clients' cores, at
         # their priority (else each commit's round trip waits behind the clients for a core)
@@ -565,12 +587,16 @@ def run_one(
                 os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(args.rt + prio))
         wait0, since = runqueue_s(proc.pid), time.time()
         use0 = thread_use(proc.pid)
+        spy = profiler(args, proc.pid, tmp / f"pyspy-{name}.txt")
         try:
             lat = asyncio.run(open_loop(
-                port, args.clients, args.seconds, args.rate, args.whole_share, args.release
+                port, args.clients, args.seconds, args.rate, args.whole_share, args.release,
+                args.open_restarts,
             ))
         finally:
             open_window = (since, time.time())
+            if spy is not None:
+                spy.wait(30)
             waited = (runqueue_s(proc.pid) - wait0) / (open_window[1] - open_window[0])
             use1 = thread_use(proc.pid)
             for pid, _ in rt_threads:
@@ -795,6 +821,26 @@ def main() -> None:
         "answers do not wait behind the clients for a core); reported in the output",
     )
     parser.add_argument(
+        "--open-restarts",
+        action="store_true",
+        help="the open loop's admissions restart the closed loop's servers (each first "
+        "releases that server's grant: two changes per admission, as the open loop did "
+        "until 2026-12-02 without meaning to); default: new servers",
+    )
+    parser.add_argument(
+        "--profile-open",
+        action="store_true",
+        help="sample the broker with py-spy during the open loop (non-blocking, 200/s), "
+        "collapsed stacks in pyspy-ARM.txt of the work folder (with --keep)",
+    )
+    parser.add_argument(
+        "--open-callbacks",
+        action="store_true",
+        help="during the open loop, also time every callback of the broker's loop and name "
+        "those over 5 ms of CPU (two system calls per callback: ~2 %% of the loop); kept in "
+        "the probe's .req file (with --keep)",
+    )
+    parser.add_argument(
         "--queued",
         type=int,
         default=0,
@@ -857,6 +903,7 @@ def main() -> None:
                     print(f"{name}: seeding {args.grants} grants ...", flush=True)
                     seeded[name] = seed(url, args.grants, args.nodes)
                     if cached is not None:
+                        cached.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(url.removeprefix("sqlite:///"), cached)
                 for rep in range(args.reps):
                     # alternate which arm goes first, so neither always meets the warmer box
@@ -878,6 +925,8 @@ def main() -> None:
         f"\nbroker benchmark: {nodes} nodes, {args.grants} live grants, {args.clients} clients, "
         f"broker on one core, whole-GPU share {args.whole_share:.0%}, "
         + ("each grant released at once" if args.release else "grants kept (live count grows)")
+        + (", open loop restarts the closed loop's servers" if args.open_restarts
+           else ", open loop admits new servers")
         + (f", broker (and its autogroup) and clients at nice {args.nice}" if args.nice else "")
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
         + (

@@ -1,8 +1,10 @@
-"""Group commits (broker/commitpipe.py, commitasync.py), against a real database.
+"""Group commits (broker/commitpipe.py, commitasync.py, commitloop.py), against a real database.
 
 Every test runs on SQLite with the writer thread and on a real PostgreSQL server with the
-writer thread and with the event loop's own non-blocking commits. A second connection takes
-the write lock, so the group's commit waits for it; this shows what the pipeline promises:
+writer thread and with the event loop's own non-blocking commits; those that do not need the
+loop to run while a commit waits also on SQLite with the loop's own commits at the end of a
+turn (``OFF_LOOP``: the others). A second connection takes the write lock, so the group's
+commit waits for it; this shows what the pipeline promises:
 
 * an admission is applied at once but answered only once it is durable, and the event loop
   serves other requests while the commit waits;
@@ -43,8 +45,14 @@ from jupyter_gpushare.policy import load_policy
 
 USERS = {"alice": ["a"], "bob": ["b"]}
 
+OFF_LOOP = ["sqlite-thread", "postgresql-thread", "postgresql-async"]
+"""The committers whose commit waits while the loop serves (a lock held by another
+connection then leaves the loop free); the loop's own committer (``loop``) waits on the loop,
+as an inline commit does, so the tests that hold a lock while the loop goes on are theirs."""
+off_loop = pytest.mark.parametrize("case", OFF_LOOP, indirect=True)
 
-@pytest.fixture(params=["sqlite-thread", "postgresql-thread", "postgresql-async"])
+
+@pytest.fixture(params=[*OFF_LOOP, "sqlite-loop"])
 def case(request: pytest.FixtureRequest) -> tuple[str, str]:
     """The database and the committer (BrokerApp.commit_mode)."""
     db, mode = request.param.split("-")
@@ -140,6 +148,7 @@ async def app(db_url: str, mode: str) -> Any:
     await broker_app.stop_async()
 
 
+@off_loop
 async def test_answer_waits_for_the_commit_while_the_loop_serves(app: Any, db_url: str) -> None:
     broker = app.broker
     assert broker.commits is not None
@@ -190,6 +199,7 @@ async def test_answer_waits_for_the_commit_while_the_loop_serves(app: Any, db_ur
     assert broker.commits.broken is None
 
 
+@off_loop
 async def test_a_failed_commit_keeps_nothing_and_the_broker_recovers(
     app: Any, db_url: str
 ) -> None:
@@ -225,6 +235,7 @@ async def test_a_failed_commit_keeps_nothing_and_the_broker_recovers(
     assert status == 201 and same["request_id"] == again["request_id"]
 
 
+@off_loop
 async def test_changes_queued_behind_a_waiting_commit_go_together_in_order(
     app: Any, db_url: str
 ) -> None:
@@ -282,6 +293,7 @@ async def test_a_sqlalchemy_transaction_waits_for_the_queue(db_url: str, mode: s
         engine.dispose()
 
 
+@off_loop
 async def test_a_transaction_on_a_worker_thread_waits_for_the_queue(
     db_url: str, mode: str
 ) -> None:
@@ -464,7 +476,11 @@ class NoticeRecorder(NoEffects):
         self.notices.append(notice)
 
 
-@pytest.mark.parametrize("commit", ["waits", "fails"])
+@pytest.mark.parametrize(
+    ("case", "commit"),
+    [*((c, "waits") for c in OFF_LOOP), *((c, "fails") for c in [*OFF_LOOP, "sqlite-loop"])],
+    indirect=["case"],
+)
 async def test_a_victim_is_told_only_once_its_preemption_is_durable(
     db_url: str, mode: str, commit: str
 ) -> None:
@@ -575,5 +591,113 @@ async def test_async_commits_send_a_worker_threads_write_from_the_loop(postgres:
         await asyncio.wait_for(commits.wait(seq), 10)
         assert senders == [threading.get_ident()]  # this test runs on the loop's thread
     finally:
+        broker.close()
+        broker.engine.dispose()
+
+
+# -- the loop's own committer (SQLite, commit_mode loop) ----------------------------------
+
+
+def _sqlite_rows(db_url: str, table: str) -> int:
+    """Rows in ``table`` through a plain sqlite3 connection (not the broker's engine, whose
+    transactions would commit the queue first)."""
+    conn = sqlite3.connect(db_url.split("///", 1)[1])
+    try:
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def test_loop_commits_one_group_per_turn(tmp_path: Path) -> None:
+    """Changes made in one turn of the loop are committed together once the turn's other
+    callbacks ran: one transaction, nothing in the database before."""
+    db_url = f"sqlite:///{tmp_path}/loop.sqlite"
+    broker = _in_process(db_url, "loop")
+    try:
+        commits = broker.commits
+        assert commits is not None
+        views = [broker.submit(request("a", "shared", fraction=0.125)) for _ in range(5)]
+        assert all(v["status"] == "granted" for v in views)
+        assert _sqlite_rows(db_url, "gpushare_grants") == 0, "committed before the turn ended"
+        assert not commits.check(commits.enqueued)
+        await broker.durable(everything=True)
+        assert commits.groups == 1 and commits.largest_group == 5
+        assert _sqlite_rows(db_url, "gpushare_grants") == 5
+    finally:
+        broker.close()
+        broker.engine.dispose()
+
+
+async def test_loop_commits_the_queue_before_a_sqlalchemy_transaction_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    db_url = f"sqlite:///{tmp_path}/loop.sqlite"
+    broker = _in_process(db_url, "loop")
+    try:
+        broker.submit(request("a", "shared", user="alice"))
+        with broker.engine.begin() as conn:  # same turn: the queue is committed first
+            count = conn.execute(select(func.count()).select_from(grants_table)).scalar()
+        assert count == 1
+        assert broker.commits is not None and broker.commits.backlog == 0
+    finally:
+        broker.close()
+        broker.engine.dispose()
+
+
+async def test_loop_commits_a_worker_threads_transaction_waits_for_the_loop(
+    tmp_path: Path,
+) -> None:
+    """A transaction on a worker thread waits for the loop to commit the queue (the loop's
+    commit is held until the worker has begun its wait)."""
+    db_url = f"sqlite:///{tmp_path}/loop.sqlite"
+    broker = _in_process(db_url, "loop")
+    fast = broker.fast
+    assert fast is not None
+    reading = threading.Event()
+    real = fast.write
+
+    def write_after_the_worker_began(statements: Any) -> None:
+        reading.wait(10)
+        time.sleep(0.3)  # the worker's transaction has begun by now
+        real(statements)
+
+    def count() -> int:
+        reading.set()
+        with broker.engine.begin() as conn:
+            return int(conn.execute(select(func.count()).select_from(grants_table)).scalar())
+
+    try:
+        fast.write = write_after_the_worker_began  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        broker.submit(request("a", "shared", user="alice"))
+        assert await asyncio.wait_for(loop.run_in_executor(None, count), 10) == 1
+    finally:
+        fast.write = real  # type: ignore[method-assign]
+        broker.close()
+        broker.engine.dispose()
+
+
+async def test_loop_commits_a_worker_threads_write_on_the_loop(tmp_path: Path) -> None:
+    """A change enqueued on a worker thread is committed by the loop: only the loop uses the
+    writer's connection."""
+    broker = _in_process(f"sqlite:///{tmp_path}/loop.sqlite", "loop")
+    commits, fast = broker.commits, broker.fast
+    assert commits is not None and fast is not None
+    writers: list[int] = []
+    real = fast.write
+
+    def write(statements: Any) -> None:
+        writers.append(threading.get_ident())
+        real(statements)
+
+    try:
+        fast.write = write  # type: ignore[method-assign]
+        loop = asyncio.get_running_loop()
+        change = [("close_request", (time.time(), "r-none"))]  # a valid write of no row
+        seq = await loop.run_in_executor(None, commits.write, change)
+        await asyncio.wait_for(commits.wait(seq), 10)
+        assert writers == [threading.get_ident()]  # this test runs on the loop's thread
+    finally:
+        fast.write = real  # type: ignore[method-assign]
         broker.close()
         broker.engine.dispose()

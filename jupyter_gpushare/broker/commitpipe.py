@@ -19,10 +19,13 @@ With it, a change is still decided, written and applied in one step on the loop,
 What waits in the queue is committed as **one** transaction (group commit, at most
 :data:`MAX_GROUP` changes): under load one round trip serves many admissions. Changes are
 committed in the order they were enqueued, so the database goes through the same states
-as memory, only later. Two committers share this bookkeeping: :class:`ThreadCommits`, a
-writer thread (any database of the fast path), and :class:`~.commitasync.AsyncCommits`,
+as memory, only later. Three committers share this bookkeeping: :class:`ThreadCommits`, a
+writer thread (any database of the fast path); :class:`~.commitasync.AsyncCommits`,
 which sends the groups from the event loop itself over PostgreSQL's non-blocking protocol
-(no thread, no hand-offs of the interpreter lock: the default on PostgreSQL).
+(no thread, no hand-offs of the interpreter lock: the default on PostgreSQL); and
+:class:`~.commitloop.LoopCommits`, which commits on the loop once per turn (SQLite's
+default: its commit is a write to a local file, but one commit per turn writes the pages
+the turn's changes share only once).
 
 Three rules keep every other write consistent with the queue:
 
@@ -92,7 +95,8 @@ class CommitPipeline:
     This class holds the bookkeeping (sequence numbers, failures, waiters); a subclass
     commits: :class:`ThreadCommits` on a writer thread (any database of the fast path),
     :class:`~.commitasync.AsyncCommits` on the event loop itself with PostgreSQL's
-    non-blocking protocol. ``on_failure`` is called on the event loop after a failed
+    non-blocking protocol, :class:`~.commitloop.LoopCommits` on the event loop once per
+    turn. ``on_failure`` is called on the event loop after a failed
     commit; it must rebuild the broker's state from the database and then call
     :meth:`resume`.
     """

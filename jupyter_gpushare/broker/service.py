@@ -29,6 +29,7 @@ from ..core.state import CapacityError, ClusterState
 from . import livegrants
 from .base import LIVE_STATUSES, BrokerBase, Pending
 from .commitasync import AsyncCommits
+from .commitloop import LoopCommits
 from .commitpipe import ThreadCommits
 from .consistency import ConsistencyMixin
 from .db import grants_table, migrate, nodes_table, requests_table
@@ -148,8 +149,9 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
 
     def start_commits(self, loop: asyncio.AbstractEventLoop, mode: str = "thread") -> None:
         """Commit the fast-path writes in groups from now on, on a writer thread
-        (``thread``, :mod:`.commitpipe`) or on ``loop`` without waiting (``async``,
-        PostgreSQL only, :mod:`.commitasync`); every SQLAlchemy transaction on the engine
+        (``thread``, :mod:`.commitpipe`), on ``loop`` without waiting (``async``,
+        PostgreSQL only, :mod:`.commitasync`) or on ``loop`` right after the turn that queued
+        them (``loop``, :mod:`.commitloop`); every SQLAlchemy transaction on the engine
         first waits for the queue to be empty."""
         if self.fast is None:
             raise ValueError("group commits need the fast path (raw_sql)")
@@ -161,8 +163,10 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
             self.commits = AsyncCommits(self.fast, loop, self._after_failed_commit)
         elif mode == "thread":
             self.commits = ThreadCommits(self.fast, loop, self._after_failed_commit)
+        elif mode == "loop":
+            self.commits = LoopCommits(self.fast, loop, self._after_failed_commit)
         else:
-            raise ValueError(f"unknown commit mode {mode!r} (thread, async)")
+            raise ValueError(f"unknown commit mode {mode!r} (thread, async, loop)")
         event.listen(self.engine, "begin", self._wait_for_commits)
 
     def _wait_for_commits(self, conn: object) -> None:
