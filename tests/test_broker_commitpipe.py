@@ -568,29 +568,30 @@ async def test_async_commits_reconnect_after_the_server_drops_an_idle_connection
         broker.engine.dispose()
 
 
-async def test_async_commits_send_a_worker_threads_write_from_the_loop(postgres: Any) -> None:  # noqa: F811
-    """A change enqueued on a worker thread is sent by the loop: only the loop touches the
-    non-blocking connection."""
-    db_url = postgres.new_database("pipe")
-    broker = _in_process(db_url, "async")
+@pytest.mark.parametrize("case", ["postgresql-async", "sqlite-loop"], indirect=True)
+async def test_a_worker_threads_write_is_committed_by_the_loop(db_url: str, mode: str) -> None:
+    """A change enqueued on a worker thread is committed (with async commits: sent) by the
+    loop: only the loop touches the writer's connection."""
+    broker = _in_process(db_url, mode)
+    commits, fast = broker.commits, broker.fast
+    assert commits is not None and fast is not None
+    name = "query" if isinstance(commits, AsyncCommits) else "write"
+    real = getattr(fast, name)
+    users: list[int] = []
+
+    def recorded(statements: Any) -> Any:
+        users.append(threading.get_ident())
+        return real(statements)
+
     try:
-        commits = broker.commits
-        fast = broker.fast
-        assert isinstance(commits, AsyncCommits) and fast is not None
-        senders: list[int] = []
-        real_query = fast.query
-
-        def query(statements: Any) -> Any:
-            senders.append(threading.get_ident())
-            return real_query(statements)
-
-        fast.query = query  # type: ignore[method-assign]
+        setattr(fast, name, recorded)
         loop = asyncio.get_running_loop()
         change = [("close_request", (time.time(), "r-none"))]  # a valid write of no row
         seq = await loop.run_in_executor(None, commits.write, change)
         await asyncio.wait_for(commits.wait(seq), 10)
-        assert senders == [threading.get_ident()]  # this test runs on the loop's thread
+        assert users == [threading.get_ident()]  # this test runs on the loop's thread
     finally:
+        setattr(fast, name, real)
         broker.close()
         broker.engine.dispose()
 
@@ -671,32 +672,6 @@ async def test_loop_commits_a_worker_threads_transaction_waits_for_the_loop(
         loop = asyncio.get_running_loop()
         broker.submit(request("a", "shared", user="alice"))
         assert await asyncio.wait_for(loop.run_in_executor(None, count), 10) == 1
-    finally:
-        fast.write = real  # type: ignore[method-assign]
-        broker.close()
-        broker.engine.dispose()
-
-
-async def test_loop_commits_a_worker_threads_write_on_the_loop(tmp_path: Path) -> None:
-    """A change enqueued on a worker thread is committed by the loop: only the loop uses the
-    writer's connection."""
-    broker = _in_process(f"sqlite:///{tmp_path}/loop.sqlite", "loop")
-    commits, fast = broker.commits, broker.fast
-    assert commits is not None and fast is not None
-    writers: list[int] = []
-    real = fast.write
-
-    def write(statements: Any) -> None:
-        writers.append(threading.get_ident())
-        real(statements)
-
-    try:
-        fast.write = write  # type: ignore[method-assign]
-        loop = asyncio.get_running_loop()
-        change = [("close_request", (time.time(), "r-none"))]  # a valid write of no row
-        seq = await loop.run_in_executor(None, commits.write, change)
-        await asyncio.wait_for(commits.wait(seq), 10)
-        assert writers == [threading.get_ident()]  # this test runs on the loop's thread
     finally:
         fast.write = real  # type: ignore[method-assign]
         broker.close()

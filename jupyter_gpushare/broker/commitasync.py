@@ -33,11 +33,10 @@ Opening the connection (at start, and after a failure) also blocks, for at most
 from __future__ import annotations
 
 import select
-import threading
 import time
 from typing import Any
 
-from .commitpipe import CommitPipeline, Statements, log
+from .commitpipe import OnLoopCommits, Statements, log
 from .fastsql import prepare_statements
 
 CONNECT_TIMEOUT_S = 10.0
@@ -46,12 +45,12 @@ CONNECT_TIMEOUT_S = 10.0
 _POLL_OK, _POLL_READ, _POLL_WRITE = 0, 1, 2  # psycopg2.extensions.POLL_*
 
 
-class AsyncCommits(CommitPipeline):
+class AsyncCommits(OnLoopCommits):
     """Group commits on the event loop through a non-blocking psycopg2 connection; opens
     it at once (blocking, at most :data:`CONNECT_TIMEOUT_S`)."""
 
     def _start(self) -> None:
-        self._loop_thread = threading.get_ident()  # built on the loop (BrokerApp.start_async)
+        super()._start()
         self._group: list[tuple[int, Statements]] | None = None  # the one in flight
         self._conn: Any = None
         self._cur: Any = None
@@ -94,7 +93,7 @@ class AsyncCommits(CommitPipeline):
     # -- sending and answers ------------------------------------------------------------
 
     def _kick(self) -> None:
-        if threading.get_ident() != self._loop_thread:  # a write from a worker thread
+        if not self._on_loop():  # a write from a worker thread
             self._call_on_loop(self._kick)
         elif self._send():
             self._advance(block=False)
@@ -173,24 +172,9 @@ class AsyncCommits(CommitPipeline):
         self._close()
         self._fail(group[0][0], exc)
 
-    def _announce(self) -> None:
-        # on the loop already: resolve the waiters now (their tasks run on the loop's next
-        # turn, one turn sooner than through a callback); what waits to tell the outside
-        # world (on_durable) runs in a callback of its own, outside the committer's code
-        self._resolve_waiters()
-        if self._after and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._call_on_loop(self._wake)
-
     # -- blocking -----------------------------------------------------------------------
 
-    def _drain(self) -> None:
-        target = self.enqueued
-        if threading.get_ident() != self._loop_thread:
-            # a transaction on a worker thread (run_in_executor): the loop goes on sending
-            with self._lock:
-                self._lock.wait_for(lambda: self._settled(target))
-            return
+    def _drain_on_loop(self, target: int) -> None:
         while not self._settled(target):
             if self._group is None and not self._send():
                 break  # nothing left to send (it failed: settled)

@@ -29,20 +29,18 @@ Only the loop touches the writer's connection.
 
 from __future__ import annotations
 
-import threading
-
-from .commitpipe import CommitPipeline
+from .commitpipe import OnLoopCommits
 
 
-class LoopCommits(CommitPipeline):
+class LoopCommits(OnLoopCommits):
     """Group commits by the event loop, at the end of the turn that queued them."""
 
     def _start(self) -> None:
-        self._loop_thread = threading.get_ident()  # built on the loop (BrokerApp.start_async)
+        super()._start()
         self._scheduled = False  # a _commit_queued callback is on the loop's ready queue
 
     def _kick(self) -> None:
-        if threading.get_ident() != self._loop_thread:  # a write from a worker thread
+        if not self._on_loop():  # a write from a worker thread
             self._call_on_loop(self._kick)
         elif self.loop.is_closed():  # the broker's loop is gone (its last writes, on stop)
             self._commit_queued()
@@ -63,26 +61,12 @@ class LoopCommits(CommitPipeline):
                 return
             self._committed(group)
 
-    def _announce(self) -> None:
-        # on the loop already: resolve the waiters now (their tasks run on the loop's next
-        # turn); what waits to tell the outside world (on_durable) runs in its own callback
-        self._resolve_waiters()
-        if self._after and not self._wake_scheduled:
-            self._wake_scheduled = True
-            self._call_on_loop(self._wake)
-
-    def _drain(self) -> None:
-        target = self.enqueued
-        if threading.get_ident() != self._loop_thread:
-            # a transaction on a worker thread (run_in_executor): the loop commits the queue
-            with self._lock:
-                self._lock.wait_for(lambda: self._settled(target))
-            return
+    def _drain_on_loop(self, target: int) -> None:
         self._commit_queued()
 
     def close(self, timeout: float = 30.0) -> bool:
         with self._lock:
             self._stopping = True
-        if threading.get_ident() == self._loop_thread or not self.loop.is_running():
+        if self._on_loop() or not self.loop.is_running():
             self._commit_queued()
         return True

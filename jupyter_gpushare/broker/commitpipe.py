@@ -341,6 +341,41 @@ class CommitPipeline:
         self.on_failure()
 
 
+class OnLoopCommits(CommitPipeline):
+    """What the committers that commit on the event loop itself share
+    (:class:`~.commitasync.AsyncCommits`, :class:`~.commitloop.LoopCommits`): they are built
+    on the loop, only the loop touches their connection, a worker thread's blocking flush
+    waits for the loop to commit, and waiters are resolved where the commit ends."""
+
+    def _start(self) -> None:
+        self._loop_thread = threading.get_ident()  # built on the loop (BrokerApp.start_async)
+
+    def _on_loop(self) -> bool:
+        return threading.get_ident() == self._loop_thread
+
+    def _drain(self) -> None:
+        target = self.enqueued
+        if not self._on_loop():
+            # a transaction on a worker thread (run_in_executor): the loop commits the queue
+            with self._lock:
+                self._lock.wait_for(lambda: self._settled(target))
+            return
+        self._drain_on_loop(target)
+
+    def _drain_on_loop(self, target: int) -> None:
+        """Commit on the loop, blocking, until change ``target`` is durable or failed."""
+        raise NotImplementedError
+
+    def _announce(self) -> None:
+        # on the loop already: resolve the waiters now (their tasks run on the loop's next
+        # turn, one turn sooner than through a callback); what waits to tell the outside
+        # world (on_durable) runs in a callback of its own, outside the committer's code
+        self._resolve_waiters()
+        if self._after and not self._wake_scheduled:
+            self._wake_scheduled = True
+            self._call_on_loop(self._wake)
+
+
 class ThreadCommits(CommitPipeline):
     """One writer thread that commits queued changes in order, in groups (any database of
     the fast path; it holds the interpreter lock while it builds and sends a group)."""
