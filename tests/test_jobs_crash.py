@@ -140,7 +140,7 @@ async def test_kill_9_with_jobs_running_and_queued(tmp_path: Path) -> None:
         last = await wait(url, queued, {"succeeded", "failed"}, tmp_path)
         assert last["state"] == "succeeded" and last["attempt"] == 1
         kept = await wait(url, keeps, {"succeeded", "failed"}, tmp_path)
-        assert kept["state"] == "succeeded" and kept["attempt"] == 1
+        assert kept["state"] == "succeeded" and kept["attempt"] == 1, kept
 
         # nothing ran twice: one runner per attempt, each notebook started as often as
         # its history says
