@@ -9,11 +9,17 @@ from typing import Any
 
 from ..core.model import GPUAsk, GPUSlice, Grant, Kind, Placement, Policy, Request
 
+ISO_MIN = datetime(1, 1, 1, tzinfo=timezone.utc).timestamp()
+ISO_MAX = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+
 
 def iso(ts: float | None) -> str | None:
-    if ts is None:
+    """``ts`` (epoch seconds) as ISO 8601 UTC; clamped to the years 1..9999 a ``datetime``
+    holds, so that no stored time (a grant's start plus a profile's huge max lifetime) can
+    make an answer fail after its change was committed; NaN: ``None``."""
+    if ts is None or ts != ts:
         return None
-    return _iso(ts)
+    return _iso(min(max(float(ts), ISO_MIN), ISO_MAX))
 
 
 @lru_cache(maxsize=4096)
