@@ -1,7 +1,9 @@
 """Heartbeats: measured GPU use reported by the holder of a grant, checked and bounded.
 
-A heartbeat is checked against its grant and the card (only the grant's GPUs, at most the
-card's memory, a time near now), accepted at most once per
+A heartbeat is checked against its grant and the card (only the grant's GPUs, each once; its
+memory 0 .. the card's memory, utilisation 0 .. 100 %, power 0 .. the card's power limit
+(:class:`HeartbeatBounds`); a time near now): a figure out of range is a 400 naming the field
+and nothing of the heartbeat is stored, never a clamped value. Accepted at most once per
 ``BrokerLimits.heartbeat_min_interval_s`` per grant (a faster one is a 429 with
 ``Retry-After``), stored as a detail row kept for ``heartbeat_retention_s``, and added to
 the measured use of its team and pool for the month (``GET /teams/{team}/usage``), which
@@ -10,11 +12,14 @@ is kept for good.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, select
+from traitlets import Dict, Float, List, Unicode
+from traitlets.config import Configurable
 
 from ..core.ledger import month_of
 from .base import BrokerBase
@@ -22,6 +27,72 @@ from .db import heartbeats_table, usage_table
 from .errors import BrokerError
 from .fields import BadField, shorten
 from .serial import iso
+
+log = logging.getLogger("gpushare")
+
+
+class HeartbeatBounds(Configurable):
+    """What a card can do, which bounds the figures a heartbeat may claim for it."""
+
+    power_limit_w = Dict(
+        value_trait=Float(min=1.0),
+        key_trait=Unicode(),
+        config=True,
+        help="Power limit in watts per GPU model (the inventory's model name, e.g. "
+        "{'NVIDIA H100 80GB HBM3': 700}); overrides the card catalogue (planner/cards.yaml).",
+    )
+    catalogues = List(
+        Unicode(),
+        config=True,
+        help="Card catalogue files read after the bundled planner/cards.yaml (same shape); "
+        "their power_w is the power limit of the cards whose model or name they give.",
+    )
+    default_power_limit_w = Float(
+        1500.0,
+        min=1.0,
+        config=True,
+        help="Power limit in watts of a card whose model is neither in power_limit_w nor in "
+        "the catalogue (the largest accelerator boards draw about 1,200 W).",
+    )
+    power_tolerance = Float(
+        1.1,
+        min=1.0,
+        config=True,
+        help="A power reading may exceed the card's limit by this factor (short spikes "
+        "above the board power that NVML reports); above it the heartbeat is refused.",
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._catalogue: dict[str, float] | None = None
+
+    def _card_powers(self) -> dict[str, float]:
+        """Model name and catalogue key (lower case) -> power_w, read once."""
+        if self._catalogue is None:
+            from ..planner.reader import PlanError, load_catalogue
+
+            found: dict[str, float] = {}
+            try:
+                cards, _ = load_catalogue(tuple(self.catalogues))
+            except (PlanError, OSError) as exc:
+                log.warning("gpushare: card catalogue unreadable (%s); heartbeat power is "
+                            "bounded by default_power_limit_w", exc)
+                cards = {}
+            for card in cards.values():
+                found[card.model.lower()] = card.power_w
+                found[card.name.lower()] = card.power_w
+            self._catalogue = found
+        return self._catalogue
+
+    def card_power_w(self, model: str) -> float:
+        """The power limit of a card of this model (watts)."""
+        if model in self.power_limit_w:
+            return float(self.power_limit_w[model])
+        return self._card_powers().get(model.lower(), self.default_power_limit_w)
+
+    def max_power_w(self, model: str) -> float:
+        """The highest power reading accepted for a card of this model."""
+        return self.card_power_w(model) * self.power_tolerance
 
 
 @dataclass
@@ -55,6 +126,7 @@ class HeartbeatsMixin(BrokerBase):
         super().__init__(*args, **kwargs)
         self.measured: dict[tuple[str, str, str], Measured] = {}
         self._heartbeats_since_prune = 0
+        self.heartbeat_bounds = HeartbeatBounds()
 
     def load_measured(self) -> None:
         """Read this month's measured use from the database (at start)."""
@@ -70,6 +142,29 @@ class HeartbeatsMixin(BrokerBase):
     def measured_view(self, team: str, pool: str) -> dict[str, Any] | None:
         found = self.measured.get((team, pool, month_key(self.clock())))
         return (found or Measured()).view()
+
+    def _check_figures(self, i: int, item: dict[str, Any], model: str, memory_mib: int) -> None:
+        """Refuse (400 naming the field) a figure this card cannot show."""
+        used = item.get("memory_used_mib")
+        if used is not None and not 0 <= used <= memory_mib:
+            raise BadField(
+                f"gpus[{i}].memory_used_mib",
+                f"GPU {item['uuid']} has {memory_mib} MiB; {used:g} MiB cannot be in use",
+            )
+        util = item.get("utilization_pct")
+        if util is not None and not 0 <= util <= 100:
+            raise BadField(f"gpus[{i}].utilization_pct",
+                           f"utilization_pct must be between 0 and 100, not {util:g}")
+        power = item.get("power_w")
+        if power is not None:
+            top = self.heartbeat_bounds.max_power_w(model)
+            if not 0 <= power <= top:
+                limit = self.heartbeat_bounds.card_power_w(model)
+                raise BadField(
+                    f"gpus[{i}].power_w",
+                    f"GPU {item['uuid']} ({shorten(model)}) is limited to {limit:g} W; "
+                    f"{power:g} W is not a reading it can give (at most {top:g} W)",
+                )
 
     def heartbeat(
         self,
@@ -110,12 +205,8 @@ class HeartbeatsMixin(BrokerBase):
                 raise BadField(f"gpus[{i}].uuid", f"GPU {shorten(uuid)} is reported twice")
             seen.add(uuid)
             card = self.gpus.get(uuid)
-            used = item.get("memory_used_mib")
-            if card is not None and used is not None and used > card.memory_mib:
-                raise BadField(
-                    f"gpus[{i}].memory_used_mib",
-                    f"GPU {uuid} has {card.memory_mib} MiB; {used:g} MiB cannot be in use",
-                )
+            if card is not None:
+                self._check_figures(i, item, card.model, card.memory_mib)
         key = (grant.team, grant.pool, month_key(ts))
         measured = self.measured.get(key) or Measured()
         utils = [g["utilization_pct"] for g in gpus if g.get("utilization_pct") is not None]

@@ -58,6 +58,9 @@ class ServiceConfig:
     low_util_window_s: float = 300.0
     low_util_min_memory_mib: float = 1024.0
     heartbeat_interval_s: float = 60.0
+    # the first heartbeat goes out once the first sample is in, at most this long after start
+    # (then every heartbeat_interval_s): the first minute of a server is measured too
+    first_heartbeat_within_s: float = 3.0
     notices_interval_s: float = 5.0
     notices_to_kernels: bool = True
     broker_timeout_s: float = 5.0
@@ -159,7 +162,7 @@ class TelemetryService:
         self.sampler.start()
         self._tasks = [
             asyncio.ensure_future(self._every(self.config.interval_s, self.refresh_kernels)),
-            asyncio.ensure_future(self._every(self.config.heartbeat_interval_s, self.heartbeat)),
+            asyncio.ensure_future(self._heartbeats()),
             asyncio.ensure_future(self._every(self.config.notices_interval_s, self.poll_notices)),
         ]
 
@@ -198,6 +201,23 @@ class TelemetryService:
             except Exception:
                 log.exception("gpushare periodic task failed")
             await asyncio.sleep(period)
+
+    async def _heartbeats(self) -> None:
+        """Send the first heartbeat as soon as the first sample is in (at most
+        ``first_heartbeat_within_s`` after start; until a sample comes, try again every
+        sample interval), then one every ``heartbeat_interval_s``."""
+        c = self.config
+        await self.wait_for_sample(c.first_heartbeat_within_s)
+        sent = False
+        while True:
+            try:
+                sent = await self.heartbeat() is not None or sent
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("gpushare heartbeat failed")
+            await asyncio.sleep(c.heartbeat_interval_s if sent else min(
+                c.interval_s, c.heartbeat_interval_s))
 
     @property
     def simulated_sampler(self) -> SimulatedSampler | None:
