@@ -38,6 +38,7 @@ from .db import make_engine
 from .gcpace import CollectorPacer
 from .handler_base import Context
 from .handlers import routes
+from .heartbeats import HeartbeatBounds
 from .hubclient import HubClient
 from .job_runner import JobManager, JobsBatchBackend
 from .limits import BrokerLimits
@@ -61,7 +62,7 @@ class BrokerApp(Application):
     name = "gpushare-broker"
     description = "jupyter-gpushare broker service"
 
-    classes = [BrokerLimits, PolicyReloader]
+    classes = [BrokerLimits, PolicyReloader, HeartbeatBounds]
 
     aliases = {
         "policy": "BrokerApp.policy_file",
@@ -310,6 +311,7 @@ class BrokerApp(Application):
             limits=BrokerLimits(parent=self),
         )
         self.runner.broker = self.broker
+        self.broker.heartbeat_bounds = HeartbeatBounds(parent=self)
         self.jobs = JobManager(self.broker, parent=self)
         if isinstance(self.backend, JobsBatchBackend):
             self.backend.manager = self.jobs
