@@ -12,7 +12,7 @@ ALLOWED = {
     "__future__", "bisect", "collections", "dataclasses", "enum", "functools", "heapq",
     "itertools", "math", "typing", "weakref", "datetime", "collections.abc",
     # pure text handling, no I/O: job parameters and names are checked in the core
-    "json", "re",
+    "json", "re", "keyword", "unicodedata",
 }
 
 

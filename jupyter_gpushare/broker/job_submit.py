@@ -14,6 +14,9 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import pwd
+import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..core import rules
@@ -21,12 +24,14 @@ from ..core.jobs import (
     JobState,
     RuntimeRules,
     effective_runtime,
+    kernel_name_of,
     validate_notebook,
     validate_parameters,
     validate_runtime,
 )
 from ..core.model import Kind, Profile, Request
 from .errors import BrokerError
+from .fields import shorten
 from .ids import new_id
 from .jobs import Job
 from .serial import iso, request_to_spec
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
     from .job_runner import JobManager
 
 MAX_PATH = 1024
+KERNELS_TTL_S = 30.0  # how long a list of installed kernels is trusted
+_kernels_seen: dict[str, tuple[float, frozenset[str]]] = {}
 
 
 def _field(name: str, message: str, status: int = 400) -> BrokerError:
@@ -60,6 +67,68 @@ def clean_relative(path: str, key: str) -> str:
     return norm
 
 
+def _notebook_label(body: dict[str, Any]) -> str:
+    """How a refusal names the notebook: its name or path as sent, shortened."""
+    label = body.get("name") or body.get("path")
+    return shorten(label) if isinstance(label, str) and label else "the notebook"
+
+
+def check_kernel(manager: JobManager, user: str, notebook: dict[str, Any], label: str) -> None:
+    """The notebook must name its kernel (``metadata.kernelspec.name``) and, where the
+    broker can know it (the local backend runs jobs with the broker's own Python), that
+    kernel must be installed; else a 400 naming the notebook and the field, before a GPU
+    share is held for a run that cannot start."""
+    kernel = kernel_name_of(notebook)
+    if not isinstance(kernel, str):
+        raise _field(kernel.field, f"{label}: {kernel.message}", kernel.status)
+    installed = installed_kernels(manager, user)
+    if installed is not None and kernel.lower() not in installed:
+        raise _field(
+            "notebook.metadata.kernelspec.name",
+            f"{label}: its kernel {shorten(kernel)} is not installed where jobs run here "
+            f"(installed: {', '.join(sorted(installed)) or 'none'})",
+        )
+
+
+def installed_kernels(manager: JobManager, user: str) -> frozenset[str] | None:
+    """Names (lower case) of the kernels a job of ``user`` can start, or ``None`` where
+    the broker cannot know them (a cluster backend, another Python)."""
+    backend = manager.backend
+    if backend.name != "local" or getattr(backend, "python", sys.executable) != sys.executable:
+        return None
+    run_as = str(getattr(backend, "run_as", "hub"))
+    key = user if run_as == "user" else ""
+    now = time.monotonic()
+    seen = _kernels_seen.get(key)
+    if seen is not None and now - seen[0] < KERNELS_TTL_S:
+        return seen[1]
+    names = _find_kernels(manager, user if run_as == "user" else None)
+    if len(_kernels_seen) > 1000:
+        _kernels_seen.clear()
+    _kernels_seen[key] = (now, names)
+    return names
+
+
+def _find_kernels(manager: JobManager, user: str | None) -> frozenset[str]:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    ksm = KernelSpecManager()
+    dirs = list(ksm.kernel_dirs)
+    extra = getattr(manager, "extra_env", {}) or {}
+    for root in str(extra.get("JUPYTER_PATH", "")).split(os.pathsep):
+        if root:
+            dirs.insert(0, os.path.join(root, "kernels"))
+    if user is not None:  # a job run as its user also sees the user's own kernels
+        try:
+            home = pwd.getpwnam(user).pw_dir
+        except KeyError:
+            home = ""
+        if home:
+            dirs.insert(0, os.path.join(home, ".local", "share", "jupyter", "kernels"))
+    ksm.kernel_dirs = dirs
+    return frozenset(name.lower() for name in ksm.find_kernel_specs())
+
+
 def build_job(
     manager: JobManager, *, user: str, user_teams: tuple[str, ...], is_admin: bool,
     server: str, body: dict[str, Any], body_bytes: int,
@@ -77,7 +146,7 @@ def build_job(
     if slug:
         profile = policy.profile(slug)
         if profile is None:
-            raise _field("profile", f"unknown profile {slug!r}")
+            raise _field("profile", f"unknown profile {shorten(slug)}")
         if profile.gpu.is_empty or not profile.pool:
             raise _field("profile", f"profile {slug} has no GPU: batch jobs run under a GPU grant")
         priority = _opt_str(body, "priority") or profile.priority
@@ -87,7 +156,7 @@ def build_job(
 
         explicit_pool = _opt_str(body, "pool")
         if not explicit_pool or policy.pool(explicit_pool) is None:
-            raise _field("pool", f"unknown pool {explicit_pool!r}")
+            raise _field("pool", f"unknown pool {shorten(explicit_pool)}")
         gpu = Fields(manager.broker.limits).gpu_ask(body.get("gpu"))
         priority = _opt_str(body, "priority") or ""
         if not priority:
@@ -126,6 +195,7 @@ def build_job(
     bad = validate_notebook(notebook, len(text), limits)
     if bad is not None:
         raise _field(bad.field, bad.message, bad.status)
+    check_kernel(manager, user, notebook, _notebook_label(body))
     params = body.get("parameters") or {}
     bad = validate_parameters(params, limits)
     if bad is not None:
@@ -150,7 +220,9 @@ def build_job(
     runtime = effective_runtime(asked, run_rules, limits)
     backend = _opt_str(body, "backend") or manager.backend.name
     if backend != manager.backend.name:
-        raise _field("backend", f"unknown backend {backend!r} (this hub: {manager.backend.name})")
+        raise _field(
+            "backend", f"unknown backend {shorten(backend)} (this hub: {manager.backend.name})"
+        )
     path = _opt_str(body, "path", MAX_PATH)
     path = clean_relative(path, "path") if path else ""
     name = _opt_str(body, "name") or (posixpath.basename(path) if path else "notebook.ipynb")

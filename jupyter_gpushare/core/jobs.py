@@ -16,8 +16,10 @@ library only, no I/O.
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -94,7 +96,30 @@ class FieldError:
     status: int = 400
 
 
-_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_PARAMETER_NAME = 100
+"""Longest parameter name accepted (characters)."""
+
+
+def parameter_name_error(name: Any) -> str | None:
+    """Why ``name`` cannot be a papermill parameter (it becomes ``name = value`` in the
+    injected cell), or ``None``: it must be a Python identifier, unchanged by the NFKC
+    normalisation Python applies to identifiers, and no keyword (``class``, ``None``,
+    ``True`` would make the injected cell a ``SyntaxError``). Soft keywords (``match``,
+    ``case``, ``type``, ``_``) are ordinary names when assigned, so they are accepted."""
+    if not isinstance(name, str) or not name:
+        return "a parameter name must be a non-empty string"
+    if len(name) > MAX_PARAMETER_NAME:
+        return f"a parameter name has at most {MAX_PARAMETER_NAME} characters"
+    if not name.isidentifier() or unicodedata.normalize("NFKC", name) != name:
+        return "a parameter name must be a Python identifier (letters, digits, _)"
+    if keyword.iskeyword(name):
+        return f"a parameter name cannot be the Python keyword {name!r}"
+    return None
+
+
+def _shown(name: Any) -> str:
+    text = str(name)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _json_depth(value: Any, depth: int = 0) -> int:
@@ -126,10 +151,9 @@ def validate_parameters(params: Any, limits: JobLimits) -> FieldError | None:
     if len(params) > limits.max_parameters:
         return FieldError("parameters", f"at most {limits.max_parameters} parameters")
     for name, value in params.items():
-        if not isinstance(name, str) or not _PARAM_NAME.match(name) or len(name) > 100:
-            return FieldError(
-                f"parameters.{str(name)[:40]}", "a parameter name must be a Python identifier"
-            )
+        why = parameter_name_error(name)
+        if why is not None:
+            return FieldError(f"parameters.{_shown(name)}", why)
         if _json_depth(value) > 8 or not _finite(value):
             return FieldError(
                 f"parameters.{name}", "a parameter value must be plain JSON, at most 8 deep"
@@ -171,6 +195,31 @@ def validate_notebook(nb: Any, size_bytes: int, limits: JobLimits) -> FieldError
         if not isinstance(cell, dict) or cell.get("cell_type") not in ("code", "markdown", "raw"):
             return FieldError("notebook", f"not a notebook: cell {i} has no valid cell_type")
     return None
+
+
+MAX_KERNEL_NAME = 255
+
+
+def kernel_name_of(nb: dict[str, Any]) -> str | FieldError:
+    """The kernel a notebook names in ``metadata.kernelspec.name`` (papermill starts that
+    one), or the :class:`FieldError` saying why it names none: a notebook without one would
+    be admitted, hold its GPU share while the runner starts, then fail."""
+    where = "notebook.metadata.kernelspec"
+    metadata = nb.get("metadata")
+    spec = metadata.get("kernelspec") if isinstance(metadata, dict) else None
+    if spec is None:
+        return FieldError(
+            where, "the notebook has no metadata.kernelspec: open it in JupyterLab, "
+            "choose a kernel and save it (papermill needs to know which kernel runs it)",
+        )
+    if not isinstance(spec, dict):
+        return FieldError(where, "metadata.kernelspec must be an object with a name")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return FieldError(f"{where}.name", "metadata.kernelspec.name must name a kernel")
+    if len(name) > MAX_KERNEL_NAME or "/" in name or "\\" in name or not name.isprintable():
+        return FieldError(f"{where}.name", "metadata.kernelspec.name is not a kernel name")
+    return name
 
 
 @dataclass(frozen=True)
