@@ -19,10 +19,11 @@ the broker's HTTP layer.
 
 from __future__ import annotations
 
+import io
 from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from traitlets.config import LoggingConfigurable
 from traitlets.traitlets import MetaHasTraits
@@ -76,6 +77,11 @@ class RunSpec:
     max_runtime_s: int
     kernel_name: str = ""
     name: str = ""  # the notebook's name, as the user knows it (messages)
+    output_root: str = ""
+    """The user's files (``JobManager.user_root_template``): ``output_path`` is inside it,
+    and is written by walking down from it without following a link."""
+    max_output_bytes: int = 0
+    """The largest executed notebook copied into the user's files (0: no bound)."""
     grant: dict[str, Any] = field(default_factory=dict)
     """The grant's JSON view (``Broker.grant_view``): team, pool, priority, node, gpus with
     their shares. Cluster backends translate it (account, QOS, GRES, node, Kueue queue)."""
@@ -168,6 +174,18 @@ class JobBackend(ABC):
         """The executed notebook of a run (also while it runs, as far as it got); None when
         there is none yet, or when the backend writes it only into the user's own files
         (``Capabilities.output_in_user_files_only``: the user's server serves it then)."""
+
+    def open_output(self, handle: RunHandle) -> IO[bytes] | None:
+        """The executed notebook as an open file, read in chunks by the output download
+        (the default wraps :meth:`fetch_output`; a folder backend opens the file itself,
+        never through a link)."""
+        data = self.fetch_output(handle)
+        return None if data is None else io.BytesIO(data)
+
+    def output_size(self, handle: RunHandle) -> int | None:
+        """The executed notebook's size so far (None: unknown; the broker's
+        ``max_output_bytes`` is then enforced only where the runner copies it)."""
+        return None
 
     def refusal(self, spec: RunSpec) -> str | None:
         """Why this backend can never run ``spec`` as granted (None: it can).

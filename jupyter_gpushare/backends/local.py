@@ -40,16 +40,17 @@ from typing import Any
 
 import psutil
 
+from ..userfiles import Folder, UnsafeFile
 from .base import Capabilities, JobBackend, RunHandle, RunSpec, RunStatus
-from .jobfolder import JobFolder
+from .jobfolder import LOG, JobFolder
 
 RUNNER = "jupyter_gpushare.backends.papermill_run"
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    """Write ``path`` whole (a temporary file, then renamed; no link followed at the end)."""
+    with Folder.root(str(path.parent)) as folder:
+        folder.write_atomic(path.name, json.dumps(data).encode())
 
 
 def _with_cell_ids(nb: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +59,25 @@ def _with_cell_ids(nb: dict[str, Any]) -> dict[str, Any]:
     for i, cell in enumerate(nb.get("cells") or []):
         cells.append(cell if cell.get("id") else dict(cell, id=f"cell-{i}"))
     return dict(nb, cells=cells, nbformat_minor=max(5, int(nb.get("nbformat_minor") or 0)))
+
+
+def _runner_spec(spec: RunSpec) -> dict[str, Any]:
+    """``spec.json``: what the runner needs of the spec (the output's place as the user's
+    root and a path inside it, so the runner walks down to it without following links)."""
+    root = spec.output_root
+    rel = os.path.relpath(spec.output_path, root) if root and spec.output_path else ""
+    return {
+        "job_id": spec.job_id,
+        "attempt": spec.attempt,
+        "parameters": spec.parameters,
+        "output_path": spec.output_path,
+        "output_root": root if rel and not rel.startswith("..") else "",
+        "output_rel": rel if rel and not rel.startswith("..") else "",
+        "max_output_bytes": spec.max_output_bytes,
+        "cwd": spec.cwd,
+        "kernel_name": spec.kernel_name,
+        "name": spec.name or os.path.basename(spec.output_path) or spec.job_id,
+    }
 
 
 class LocalBackend(JobFolder, JobBackend):
@@ -107,63 +127,66 @@ class LocalBackend(JobFolder, JobBackend):
     def submit(self, spec: RunSpec) -> RunHandle:
         adir = self.attempt_dir(spec.job_id, spec.attempt)
         handle = RunHandle(self.name, spec.job_id, spec.attempt, {"dir": str(adir)})
-        if (adir / "launched").exists():
-            return self._with_pid(handle)  # never a second run of the same attempt
         account = self._account(spec.user)
-        jdir = self.job_dir(spec.job_id)
-        ckpt = Path(self.checkpoint_dir(spec.job_id))
-        adir.mkdir(parents=True, exist_ok=True)
-        ckpt.mkdir(parents=True, exist_ok=True)
-        (adir / "input.ipynb").write_text(json.dumps(_with_cell_ids(spec.notebook)))
-        _write_json(
-            adir / "spec.json",
-            {
-                "job_id": spec.job_id,
-                "attempt": spec.attempt,
-                "parameters": spec.parameters,
-                "output_path": spec.output_path,
-                "cwd": spec.cwd,
-                "kernel_name": spec.kernel_name,
-                "name": spec.name or os.path.basename(spec.output_path) or spec.job_id,
-            },
+        owner = (account.pw_uid, account.pw_gid) if account is not None else None
+        # the job folder stays the broker's (the user cannot swap its log or folders); the
+        # attempt and checkpoint folders are the job's, reached without a link, made here
+        with contextlib.ExitStack() as stack:
+            top = stack.enter_context(Folder.root(str(self.jobs_dir)))
+            jdir = stack.enter_context(top.child(spec.job_id, create=True, mode=0o711))
+            attempt = stack.enter_context(jdir.child(
+                f"attempt-{int(spec.attempt)}", create=True, mode=0o755, owner=owner))
+            if attempt.exists("launched"):
+                return self._with_pid(handle)  # never a second run of the same attempt
+            jdir.child("checkpoint", create=True, mode=0o700, owner=owner).close()
+            attempt.write_atomic(
+                "input.ipynb", json.dumps(_with_cell_ids(spec.notebook)).encode())
+            attempt.write_atomic("spec.json", json.dumps(_runner_spec(spec)).encode())
+            attempt.write_atomic("launched", b"1")
+            log = jdir.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                proc = self._popen(spec, adir, log, account)
+            finally:
+                os.close(log)
+            self._procs[(spec.job_id, spec.attempt)] = proc
+            threading.Thread(target=self._wait, args=(proc,), daemon=True).start()
+            created = psutil.Process(proc.pid).create_time()
+            attempt.write_atomic(
+                "pid", json.dumps({"pid": proc.pid, "create_time": created}).encode())
+        return RunHandle(
+            self.name, spec.job_id, spec.attempt,
+            {"dir": str(adir), "pid": proc.pid, "create_time": created},
         )
+
+    def _popen(
+        self, spec: RunSpec, adir: Path, log: int, account: pwd.struct_passwd | None,
+    ) -> subprocess.Popen[bytes]:
         env = dict(spec.env)
         env.update(
             GPUSHARE_JOB_ID=spec.job_id,
             GPUSHARE_JOB_ATTEMPT=str(spec.attempt),
-            GPUSHARE_CHECKPOINT_DIR=str(ckpt),
+            GPUSHARE_CHECKPOINT_DIR=self.checkpoint_dir(spec.job_id),
             PYTHONUNBUFFERED="1",
         )
         env.setdefault("PATH", os.environ.get("PATH", "/usr/bin:/bin"))
         kwargs: dict[str, Any] = {}
         if account is not None:
-            for path in (jdir, adir, ckpt):
-                os.chown(path, account.pw_uid, account.pw_gid)
             kwargs.update(user=account.pw_uid, group=account.pw_gid, extra_groups=[])
             env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
-        cwd = spec.cwd if spec.cwd and os.path.isdir(spec.cwd) else str(adir)
-        (adir / "launched").write_text("1")
-        log = open(jdir / "log.txt", "ab")  # noqa: SIM115 - handed to the child
-        try:
-            proc = subprocess.Popen(
-                [self.python, "-m", RUNNER, str(adir)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-                **kwargs,
-            )
-        finally:
-            log.close()
-        self._procs[(spec.job_id, spec.attempt)] = proc
-        threading.Thread(target=self._wait, args=(proc,), daemon=True).start()
-        created = psutil.Process(proc.pid).create_time()
-        _write_json(adir / "pid", {"pid": proc.pid, "create_time": created})
-        return RunHandle(
-            self.name, spec.job_id, spec.attempt,
-            {"dir": str(adir), "pid": proc.pid, "create_time": created},
+            # the runner, as the user, goes to its folder itself: a folder given here would
+            # be entered by root before it becomes the user (through any link on the way)
+            cwd = "/"
+        else:
+            cwd = spec.cwd if spec.cwd and os.path.isdir(spec.cwd) else str(adir)
+        return subprocess.Popen(
+            [self.python, "-m", RUNNER, str(adir)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            **kwargs,
         )
 
     def _wait(self, proc: subprocess.Popen[bytes]) -> None:
@@ -172,12 +195,17 @@ class LocalBackend(JobFolder, JobBackend):
             with contextlib.suppress(Exception):
                 self.on_exit()
 
+    def _attempt_folder(self, handle: RunHandle) -> Folder:
+        return self.job_folder(handle.job_id, f"attempt-{int(handle.attempt)}")
+
     def _with_pid(self, handle: RunHandle) -> RunHandle:
-        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
+        adir = self.attempt_dir(handle.job_id, handle.attempt)
         ref = dict(handle.ref, dir=str(adir))
         try:
-            ref.update(json.loads((adir / "pid").read_text()))
-        except (OSError, ValueError):
+            with self._attempt_folder(handle) as folder:
+                found = json.loads(folder.read("pid", 4096))
+            ref.update(pid=int(found["pid"]), create_time=float(found["create_time"]))
+        except (OSError, ValueError, KeyError, TypeError):
             proc = self._find_by_cmdline(adir)
             if proc is not None:
                 ref.update(pid=proc.pid, create_time=proc.create_time())
@@ -201,6 +229,10 @@ class LocalBackend(JobFolder, JobBackend):
             proc = psutil.Process(int(pid))
             if abs(proc.create_time() - float(ref.get("create_time", 0))) > 1.0:
                 return None  # the pid was reused by another process
+            adir = str(self.attempt_dir(handle.job_id, handle.attempt))
+            cmd = proc.cmdline()
+            if RUNNER not in cmd or adir not in cmd:
+                return None  # not this attempt's runner (the pid file is in the job's folder)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 self._reap(handle)
                 return None
@@ -218,32 +250,50 @@ class LocalBackend(JobFolder, JobBackend):
         return code
 
     def poll(self, handle: RunHandle) -> RunStatus:
-        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
-        if not (adir / "launched").exists():
+        try:
+            with self._attempt_folder(handle) as folder:
+                launched = folder.exists("launched")
+                result = self._status_file(folder) if launched else None
+        except UnsafeFile as exc:  # the job swapped its attempt folder or status file
+            if self._process(handle) is not None:
+                return RunStatus(alive=True)
+            return RunStatus(alive=False, finished=True, exit_code=1,
+                             error={"summary": f"the attempt's files were tampered with: {exc}"})
+        except FileNotFoundError:
+            launched, result = False, None
+        if not launched:
             return RunStatus(alive=False, started=False)
         code = self._reap(handle)
-        status_file = adir / "status.json"
         proc = self._process(handle) if code is None else None
-        if status_file.exists():
+        if result is not None:
             if proc is not None and proc.is_running():
                 return RunStatus(alive=True)  # writing its last words: wait for the exit
-            try:
-                data = json.loads(status_file.read_text())
-            except ValueError:
-                data = {}
             return RunStatus(
                 alive=False,
                 finished=True,
-                exit_code=int(data.get("exit_code", 1)),
-                error=data.get("error"),
-                output_path=data.get("output_path"),
-                started_at=data.get("started_at"),
-                ended_at=data.get("ended_at"),
-                terminated=bool(data.get("terminated")),
+                exit_code=int(result.get("exit_code", 1)),
+                error=result.get("error"),
+                output_path=result.get("output_path"),
+                started_at=result.get("started_at"),
+                ended_at=result.get("ended_at"),
+                terminated=bool(result.get("terminated")),
             )
         if proc is not None:
             return RunStatus(alive=True)
         return RunStatus(alive=False, exit_code=code)
+
+    @staticmethod
+    def _status_file(folder: Folder) -> dict[str, Any] | None:
+        """The runner's ``status.json`` (None while it runs); unreadable reads as {}."""
+        if not folder.exists("status.json"):
+            return None
+        try:
+            data = json.loads(folder.read("status.json", 4 << 20))
+        except UnsafeFile:
+            raise
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def _targets(self, handle: RunHandle) -> list[psutil.Process]:
         proc = self._process(handle)

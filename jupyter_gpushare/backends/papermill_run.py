@@ -11,7 +11,10 @@
 * keeps the executed notebook even when a cell fails, and writes the failing cell and
   its error (ANSI codes stripped) into ``status.json``, written atomically last: its
   presence means the attempt ended and says how;
-* copies the executed notebook into the user's files (``output_path``).
+* copies the executed notebook into the user's files (``output_path``): walking down from
+  the user's root (``output_root``) without following a link (a link swapped in while the
+  job ran is refused, not followed out of the user's files), at most ``max_output_bytes``
+  (a larger notebook fails the job with that reason and is not copied).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ..userfiles import Folder, OverLimit, copy_fd, human_bytes, parts_of
 
 TERMINATED = {"flag": False}
 
@@ -47,9 +52,65 @@ def _on_term(signum: int, _frame: Any) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    with Folder.root(str(path.parent)) as folder:
+        folder.write_atomic(path.name, json.dumps(data).encode())
+
+
+def over_output_limit(size: int, limit: int) -> str:
+    """The reason a job fails with when its executed notebook is over the bound."""
+    return (f"the executed notebook is {human_bytes(size)}, over JobManager.max_output_bytes "
+            f"= {human_bytes(limit)}: not copied into your files")
+
+
+def deliver(local_out: Path, spec: dict[str, Any]) -> str:
+    """Copy the executed notebook to ``output_path`` in the user's files; returns where.
+    With ``output_root`` the folders below it are walked (and made) one at a time without
+    following a link; over ``max_output_bytes`` raises :class:`OverLimit`."""
+    limit = int(spec.get("max_output_bytes") or 0)
+    size = local_out.stat().st_size
+    if limit and size > limit:
+        raise OverLimit(over_output_limit(size, limit))
+    root, rel = spec.get("output_root") or "", spec.get("output_rel") or ""
+    if not (root and rel):  # a backend that gives only a path (e.g. Slurm's shared files)
+        out = str(spec["output_path"])
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(out).with_name(Path(out).name + ".partial")
+        shutil.copyfile(local_out, tmp)
+        os.replace(tmp, out)
+        return out
+    parts = parts_of(rel)
+    with Folder.root(root) as top:
+        folder = top.sub("/".join(parts[:-1]), create=True) if len(parts) > 1 else Folder(
+            os.dup(top.fd), top.shown)
+        with folder, Folder.root(str(local_out.parent)) as here:
+            src = here.open(local_out.name)
+            partial = parts[-1] + ".partial"
+            try:
+                folder.unlink(partial)
+                dst = folder.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    copy_fd(src, dst, limit or None)
+                finally:
+                    os.close(dst)
+            except OverLimit as exc:
+                folder.unlink(partial)
+                raise OverLimit(over_output_limit(limit + 1, limit)) from exc
+            finally:
+                os.close(src)
+            os.replace(partial, parts[-1], src_dir_fd=folder.fd, dst_dir_fd=folder.fd)
+    return os.path.join(os.path.realpath(root), *parts)
+
+
+def _make_cwd(spec: dict[str, Any]) -> None:
+    """The output's folder, where the notebook runs: made below the user's root without
+    following a link where the spec says the root."""
+    root, rel = spec.get("output_root") or "", spec.get("output_rel") or ""
+    if root and rel:
+        parts = parts_of(rel)
+        if len(parts) > 1:
+            Folder.under(root, "/".join(parts[:-1]), create=True).close()
+    elif spec.get("cwd"):
+        os.makedirs(spec["cwd"], exist_ok=True)
 
 
 def _injected_before(executed: Path, index: int) -> bool:
@@ -109,8 +170,7 @@ def run(attempt_dir: Path) -> int:
     code = 0
     stack = contextlib.ExitStack()
     try:
-        if spec.get("cwd"):
-            os.makedirs(spec["cwd"], exist_ok=True)
+        _make_cwd(spec)
         import papermill
 
         # short paths (a Unix socket's is limited to 107 bytes), removed after the run
@@ -143,11 +203,11 @@ def run(attempt_dir: Path) -> int:
     copied = None
     if out and local_out.exists():
         try:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(out).with_name(Path(out).name + ".partial")
-            shutil.copyfile(local_out, tmp)
-            os.replace(tmp, out)
-            copied = out
+            copied = deliver(local_out, spec)
+        except OverLimit as exc:
+            print(f"--- {exc} ---", flush=True)
+            error = {"summary": str(exc), "ename": "OutputTooLarge", "evalue": str(exc)}
+            code = 1
         except OSError as exc:
             print(f"--- could not write the output notebook {out}: {exc} ---", flush=True)
             if error is None:

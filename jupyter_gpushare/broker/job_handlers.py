@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tornado.iostream import StreamClosedError
 
+from ..backends.base import RunHandle
 from ..core.jobs import TERMINAL, JobState
+from ..disposition import attachment
+from ..userfiles import UnsafeFile
 from .errors import BrokerError
 from .fields import BadField
 from .handler_base import BaseHandler, json_body
@@ -23,6 +26,8 @@ from .jobs import Job
 
 if TYPE_CHECKING:
     from .job_runner import JobManager
+
+STREAM_CHUNK = 256 * 1024  # bytes of an output download read and sent at a time
 
 
 class _JobsBase(BaseHandler):
@@ -157,26 +162,41 @@ class JobEventsHandler(_JobsBase):
 
 
 class JobOutputHandler(_JobsBase):
+    """The executed notebook, streamed in chunks from a file opened without following a
+    link (never read whole into memory: a 1 GB notebook must not grow the broker)."""
+
     async def get(self, job_id: str) -> None:
         job = self._load(job_id)
         manager = self.jobs
-        data = None
+        loop = asyncio.get_running_loop()
+        f: IO[bytes] | None = None
         if job.handle:
-            from ..backends.base import RunHandle
-
             handle = RunHandle.from_json(job.handle)
-            data = await asyncio.get_running_loop().run_in_executor(
-                None, manager.backend.fetch_output, handle
-            )
-        if data is None and manager.backend.capabilities().output_in_user_files_only:
+            try:
+                f = await loop.run_in_executor(None, manager.backend.open_output, handle)
+            except UnsafeFile as exc:
+                raise BrokerError(403, f"job {job_id}'s output notebook is not served: "
+                                  f"{exc}") from None
+        if f is None and manager.backend.capabilities().output_in_user_files_only:
             raise BrokerError(404, f"job {job_id} writes its notebook only into your own files, "
                               f"at {job.output_path}: open it from your server (GET "
                               f"/gpushare/api/jobs/{job_id}/output there)")
-        if data is None:
+        if f is None:
             raise BrokerError(404, f"job {job_id} has no output notebook yet ({job.state.value})")
-        self.set_header("Content-Type", "application/x-ipynb+json")
-        self.set_header("Content-Disposition", f'attachment; filename="{job.output_path}"')
-        self.finish(data)
+        try:
+            self.set_header("Content-Type", "application/x-ipynb+json")
+            self.set_header("Content-Disposition", attachment(job.output_path or f"{job.id}.ipynb"))
+            while True:
+                piece = await loop.run_in_executor(None, f.read, STREAM_CHUNK)
+                if not piece:
+                    break
+                self.write(piece)
+                await self.flush()  # one chunk in memory at a time
+        except StreamClosedError:
+            return
+        finally:
+            f.close()
+        self.finish()
 
 
 class JobLogHandler(_JobsBase):
@@ -197,9 +217,7 @@ class JobLogHandler(_JobsBase):
         )
         cap = manager.max_log_read_bytes
         if not follow:
-            data, end = await loop.run_in_executor(
-                None, manager.backend.read_log, job.id, offset, cap
-            )
+            data, end = await self._read(job.id, offset, cap)
             self.set_header("Content-Type", "text/plain; charset=utf-8")
             self.set_header("X-Log-Offset", str(end))
             self.set_header("X-Log-Size", str(size))
@@ -211,9 +229,11 @@ class JobLogHandler(_JobsBase):
         idle = 0.0
         try:
             while True:
-                data, end = await loop.run_in_executor(
-                    None, manager.backend.read_log, job.id, offset, cap
-                )
+                try:
+                    data, end = await self._read(job.id, offset, cap)
+                except BrokerError as exc:
+                    self.write(f"event: error\ndata: {json.dumps({'error': exc.message})}\n\n")
+                    break
                 if data:
                     text = data.decode("utf-8", errors="replace")
                     self.write(f"event: log\ndata: {json.dumps({'offset': end, 'text': text})}"
@@ -241,6 +261,15 @@ class JobLogHandler(_JobsBase):
         except StreamClosedError:
             pass
         self.finish()
+
+    async def _read(self, job_id: str, offset: int, cap: int) -> tuple[bytes, int]:
+        """Up to ``cap`` bytes of the log (a bounded read, off the loop); a log that is a
+        link is refused with the reason (403), never served."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(  # type: ignore[no-any-return]
+                None, self.jobs.backend.read_log, job_id, offset, cap)
+        except UnsafeFile as exc:
+            raise BrokerError(403, f"job {job_id}'s log is not served: {exc}") from None
 
     def _int(self, name: str, default: int) -> int:
         value = self.get_query_argument(name, None)

@@ -53,10 +53,15 @@ class JobOutcomes(JobSettings):
             self._node_failed(job, status, drain=drain)
             return
         over = bool(job.handle and job.handle.get("over_runtime"))
+        bound = str((job.handle or {}).get("over_bound") or "")
         state = final_state(status.exit_code if status.finished else None,
                             job.preempt_signalled or status.preempted, job.cancel_requested)
         error = status.error
-        if over and not job.cancel_requested:
+        if bound and not job.cancel_requested:  # over max_log_bytes or max_output_bytes
+            state = JobState.FAILED
+            reason = bound
+            error = {"summary": bound}
+        elif over and not job.cancel_requested:
             state = JobState.FAILED
             reason = f"stopped: over its maximum runtime of {job.max_runtime_s}s"
             error = {"summary": reason}

@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import select
 
 from ..backends.base import JobBackend, RunHandle, RunSpec, RunStatus
-from ..core.jobs import JobState, Verdict, restart_verdict
+from ..core.jobs import TERMINAL, JobState, Verdict, restart_verdict
 from ..core.model import UNIT, Grant, Kind
+from ..userfiles import human_bytes
 from .db import jobs_table
 from .job_outcome import JobOutcomes
 from .job_spec import build_run_spec
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpushare.broker.jobs")
 
+TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
 
 
@@ -105,9 +107,9 @@ class JobManager(JobOutcomes):
             try:
                 await self.tick()
                 now = self.broker.clock()
-                if self.log_retention_days > 0 and now >= next_sweep:
-                    next_sweep = now + 600
-                    await self._call(self.sweep, now)
+                if now >= next_sweep:
+                    next_sweep = now + max(1.0, self.retention_interval_s)
+                    await self._call(self.retention, now)
             except Exception:
                 log.exception("job loop failed")
             self.wake.clear()
@@ -120,17 +122,35 @@ class JobManager(JobOutcomes):
             finally:
                 waiter.cancel()
 
+    def retention(self, now: float) -> dict[str, list[str]]:
+        """The periodic retention pass (only finished jobs; never a queued or running one):
+        files of jobs past ``log_retention_days`` (:meth:`sweep`), then rows, history and
+        files of jobs past ``job_retention_days`` and beyond ``max_jobs_kept_per_user``."""
+        out: dict[str, list[str]] = {"files": [], "aged": [], "over_count": []}
+        if self.log_retention_days > 0:
+            out["files"] = self.sweep(now)
+        if self.job_retention_days > 0:
+            out["aged"] = self.store.delete_ended_before(now - self.job_retention_days * 86400)
+        out["over_count"] = self.store.prune_all(self.max_jobs_kept_per_user)
+        for job_id in out["aged"] + out["over_count"]:
+            self.backend.forget(job_id)
+        if out["aged"] or out["over_count"]:
+            log.info("job retention: %d finished jobs past %g days, %d beyond %d per user "
+                     "deleted", len(out["aged"]), self.job_retention_days,
+                     len(out["over_count"]), self.max_jobs_kept_per_user)
+        return out
+
     def sweep(self, now: float) -> list[str]:
         """Forget the log, snapshot and checkpoints of jobs finished longer ago than
         ``log_retention_days`` (their rows and history stay); returns their ids."""
         cutoff = now - self.log_retention_days * 86400
         with self.broker.engine.connect() as conn:
             rows = conn.execute(
-                select(jobs_table.c.id).where(
+                select(jobs_table.c.id, jobs_table.c.state).where(
                     jobs_table.c.ended_at.is_not(None), jobs_table.c.ended_at < cutoff,
                 )
             )
-            ids = [r.id for r in rows]
+            ids = [r.id for r in rows if r.state in TERMINAL_VALUES]
         for job_id in ids:
             self.backend.forget(job_id)
         return ids
@@ -282,17 +302,20 @@ class JobManager(JobOutcomes):
         for job in jobs:
             self._busy.add(job.id)
         try:
-            statuses = await self._call(self._poll_all, jobs)
+            polled = await self._call(self._poll_all, jobs)
         finally:
             for job in jobs:
                 self._busy.discard(job.id)
         now = self.broker.clock()
         pools: set[str] = set()
-        for job, status in zip(jobs, statuses, strict=True):
+        for job, (status, over) in zip(jobs, polled, strict=True):
             if job.state is not JobState.RUNNING:
                 continue
             if status.alive or status.alive is None:
                 self._engine_queue(job, status, now)
+                if over and job.handle is not None and not job.handle.get("over_bound"):
+                    await self._stop_over_bound(job, over)
+                    continue
                 await self._enforce_limits(job, now)
                 continue
             self.settle(job, status, drain=False)
@@ -322,12 +345,52 @@ class JobManager(JobOutcomes):
             first = {"started_at": now} if job.attempt == 1 else {}  # its first run
             self.store.update(job, reason=f"{text} (attempt {job.attempt})", **first)
 
-    def _poll_all(self, jobs: list[Job]) -> list[RunStatus]:
-        out = []
+    def _poll_all(self, jobs: list[Job]) -> list[tuple[RunStatus, str | None]]:
+        """Each run's status and, where it runs on, the bound it passed (log, output)."""
+        out: list[tuple[RunStatus, str | None]] = []
         for job in jobs:
             handle = _handle(job)
-            out.append(self.backend.poll(handle) if handle else RunStatus(alive=False))
+            status = self.backend.poll(handle) if handle else RunStatus(alive=False)
+            over = self._over_bound(job, handle) if handle and status.alive is not False \
+                else None
+            out.append((status, over))
         return out
+
+    def _over_bound(self, job: Job, handle: RunHandle) -> str | None:
+        """Why the run passed a size bound (``max_log_bytes``, ``max_output_bytes``)."""
+        if self.max_log_bytes > 0 and self.backend.log_size(job.id) > self.max_log_bytes:
+            return (f"log exceeded JobManager.max_log_bytes = {human_bytes(self.max_log_bytes)}"
+                    ": the job was stopped")
+        if self.max_output_bytes > 0:
+            size = self.backend.output_size(handle)
+            if size is not None and size > self.max_output_bytes:
+                return ("executed notebook exceeded JobManager.max_output_bytes = "
+                        f"{human_bytes(self.max_output_bytes)}: the job was stopped and its "
+                        "notebook not copied into your files")
+        return None
+
+    async def _stop_over_bound(self, job: Job, reason: str) -> None:
+        """Kill a run over a size bound; the job fails with ``reason`` when it settles (the
+        log is cut to the bound, the oversized notebook removed from the job folder)."""
+        handle = _handle(job)
+        if handle is None or job.handle is None:
+            return
+        self.store.note(job, reason, handle=dict(job.handle, over_bound=reason))
+        self._busy.add(job.id)
+        try:
+            await self._call(self._kill_and_trim, handle)
+        finally:
+            self._busy.discard(job.id)
+        self.wake.set()
+
+    def _kill_and_trim(self, handle: RunHandle) -> None:
+        self.backend.kill(handle)
+        trim = getattr(self.backend, "trim", None)
+        if trim is not None:
+            try:
+                trim(handle, self.max_log_bytes, self.max_output_bytes)
+            except OSError as exc:
+                log.warning("job %s: could not trim its files: %s", handle.job_id, exc)
 
     async def _enforce_limits(self, job: Job, now: float) -> None:
         handle = _handle(job)

@@ -84,12 +84,41 @@ class JobSettings(LoggingConfigurable):
         7 * 24 * 3600, config=True, help="Longest runtime any job may ask for (seconds)."
     )
     max_jobs_kept_per_user = Integer(
-        500, config=True, help="Finished jobs kept per user; older ones are deleted."
+        500,
+        config=True,
+        help="Finished jobs kept per user; older ones (rows, history and files) are deleted "
+        "when a job ends and by the retention pass (every retention_interval_s).",
     )
     log_retention_days = Float(
         30.0,
         config=True,
         help="Days the log, snapshot and checkpoints of a finished job are kept (0: forever).",
+    )
+    job_retention_days = Float(
+        90.0,
+        config=True,
+        help="Days a finished job (succeeded, failed, cancelled, lost) is kept at all: older "
+        "ones lose their row, history and folder in the retention pass (0: forever). Queued "
+        "and running jobs are never removed.",
+    )
+    retention_interval_s = Float(
+        600.0,
+        config=True,
+        help="Seconds between retention passes (log_retention_days, job_retention_days, "
+        "max_jobs_kept_per_user), run by the job loop.",
+    )
+    max_log_bytes = Integer(
+        64 * 1024 * 1024,
+        config=True,
+        help="Largest log of one job (bytes, all attempts): a job whose log grows past it is "
+        "stopped and fails with that reason; its log is cut to this size (0: no bound).",
+    )
+    max_output_bytes = Integer(
+        256 * 1024 * 1024,
+        config=True,
+        help="Largest executed notebook of one job (bytes): a job whose notebook grows past "
+        "it is stopped and fails with that reason, and the notebook is not copied into the "
+        "user's files (0: no bound).",
     )
     max_log_read_bytes = Integer(
         256 * 1024, config=True, help="Most log bytes one log request returns."

@@ -29,6 +29,8 @@ def build_run_spec(manager: JobManager, job: Job, grant: Grant, *, real_gpus: bo
         notebook=notebook,
         parameters=job.parameters,
         output_path=out,
+        output_root=manager.user_root(job.user),
+        max_output_bytes=manager.max_output_bytes,
         cwd=os.path.dirname(out),
         env=job_env(manager, grant, real_gpus=real_gpus),
         max_runtime_s=job.max_runtime_s,

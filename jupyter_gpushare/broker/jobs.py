@@ -238,18 +238,53 @@ class JobStore:
                 r.id
                 for r in conn.execute(
                     select(jobs_table.c.id)
-                    .where(
-                        jobs_table.c.username == user,
-                        jobs_table.c.state.in_([s.value for s in TERMINAL]),
-                    )
+                    .where(jobs_table.c.username == user, _finished())
                     .order_by(jobs_table.c.created_at)
                     .limit(total - keep)
                 )
             ]
-            if ids:
-                conn.execute(delete(job_events_table).where(job_events_table.c.job_id.in_(ids)))
-                conn.execute(
-                    delete(job_notebooks_table).where(job_notebooks_table.c.job_id.in_(ids))
-                )
-                conn.execute(delete(jobs_table).where(jobs_table.c.id.in_(ids)))
+            _delete(conn, ids)
         return ids
+
+    def prune_all(self, keep: int) -> list[str]:
+        """:meth:`prune` for every user with more than ``keep`` jobs (the retention pass)."""
+        with self.engine.connect() as conn:
+            users = [
+                r.username for r in conn.execute(
+                    select(jobs_table.c.username)
+                    .group_by(jobs_table.c.username)
+                    .having(func.count() > keep)
+                )
+            ]
+        out: list[str] = []
+        for user in users:
+            out += self.prune(user, keep)
+        return out
+
+    def delete_ended_before(self, cutoff: float) -> list[str]:
+        """Delete finished jobs that ended before ``cutoff`` (never a live one)."""
+        with self.engine.begin() as conn:
+            ids = [
+                r.id for r in conn.execute(
+                    select(jobs_table.c.id).where(
+                        _finished(), jobs_table.c.ended_at.is_not(None),
+                        jobs_table.c.ended_at < cutoff,
+                    )
+                )
+            ]
+            ids = [i for i in ids if i not in self.live]
+            _delete(conn, ids)
+        return ids
+
+
+def _finished() -> Any:
+    return jobs_table.c.state.in_([s.value for s in TERMINAL])
+
+
+def _delete(conn: Any, ids: list[str]) -> None:
+    """Delete jobs, their history and snapshots (in chunks: bounded statements)."""
+    for i in range(0, len(ids), 500):
+        part = ids[i:i + 500]
+        conn.execute(delete(job_events_table).where(job_events_table.c.job_id.in_(part)))
+        conn.execute(delete(job_notebooks_table).where(job_notebooks_table.c.job_id.in_(part)))
+        conn.execute(delete(jobs_table).where(jobs_table.c.id.in_(part)))
