@@ -26,6 +26,7 @@ from enum import Enum
 from .model import Grant, Kind, Placement, Pool, PoolQuota, PriorityClass, Request, SharingMode
 from .model import from_milli as units
 from .placement import place
+from .placement_why import why_nothing_fits
 from .preemption import plan_preemption
 from .state import ClusterState
 
@@ -93,6 +94,14 @@ def _validate(state: ClusterState, request: Request) -> str | None:
             "must declare checkpointing"
         )
     return None
+
+
+def _why(state: ClusterState, pool: Pool, request: Request, facts: AdmissionFacts) -> str:
+    """Why nothing fits (``: <cause>``), or "" where nobody reads it: a queued request decided
+    again that stays queued keeps the reason it was given (the scan would be wasted)."""
+    if facts.retry and request.kind is Kind.BATCH and pool.queues:
+        return ""
+    return f": {why_nothing_fits(state, request)}"
 
 
 def _cannot_now(pool: Pool, request: Request, reason: str, code: str) -> Decision:
@@ -199,8 +208,8 @@ def decide(
         return _cannot_now(
             pool,
             request,
-            f"{status}; no GPU in the pool fits {request.gpu.describe()} "
-            "and nothing may be preempted for it",
+            f"{status}; no GPU in the pool fits {request.gpu.describe()}"
+            f"{_why(state, pool, request, facts)}; nothing may be preempted for it",
             "no_capacity",
         )
 
@@ -232,4 +241,10 @@ def decide(
             "borrowed",
             grant,
         )
-    return _cannot_now(pool, request, f"{status}; no idle GPU to borrow", "no_capacity")
+    return _cannot_now(
+        pool,
+        request,
+        f"{status}; nothing to borrow for {request.gpu.describe()}"
+        f"{_why(state, pool, request, facts)}",
+        "no_capacity",
+    )
