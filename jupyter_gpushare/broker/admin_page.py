@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, select
 
+from ..core.grant_end import EndKind
 from ..core.model import from_milli
 from .db import grants_table, requests_table
 from .handler_base import BaseHandler, Context, HealthHandler
@@ -127,8 +128,8 @@ def recent_events(engine: Engine, ids: list[str]) -> dict[str, Any]:
     with engine.connect() as conn:
         preempted = conn.execute(
             select(g.id, g.username, g.team, g.pool, g.node, g.borrowed, g.released_at,
-                   g.release_reason)
-            .where(g.released_at.is_not(None), g.release_reason.like("preempted%"))
+                   g.release_reason, g.ended_by_request, g.ended_by_team)
+            .where(g.released_at.is_not(None), g.end_kind == EndKind.PREEMPTED.value)
             .order_by(g.released_at.desc()).limit(RECENT)
         ).all()
         refused = conn.execute(
@@ -145,7 +146,8 @@ def recent_events(engine: Engine, ids: list[str]) -> dict[str, Any]:
         "preemptions": [
             {"grant_id": x.id, "user": x.username, "team": x.team, "pool": x.pool,
              "node": x.node, "borrowed": bool(x.borrowed), "at": iso(x.released_at),
-             "reason": x.release_reason}
+             "reason": x.release_reason, "by_request": x.ended_by_request,
+             "by_team": x.ended_by_team}
             for x in preempted
         ],
         "refusals": [

@@ -97,6 +97,7 @@ class BrokerBase:
         self.last_heartbeat: dict[str, dict[str, Any]] = {}
         self.usage = UseRecorder()  # measured use per grant, node power, GPU activity
         self.cull_notices: dict[str, dict[str, Any]] = {}  # grant -> the idle culler's warning
+        self.culling: dict[str, str] = {}  # grant -> the culler's reason while it stops it
         self.heartbeat_accepted_at: dict[str, float] = {}  # grant id -> broker time
         self.ledger = MonthLedger()
         self.loaded = False

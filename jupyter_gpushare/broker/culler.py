@@ -10,9 +10,10 @@ carries the verdict out:
   the server extension forwards it to JupyterLab) with the deadline;
 * **act**: ask the hub to stop the server (``action = "stop"``), or to stop it and start it
   again with the CPU-only profile ``cpu_profile`` (``action = "cpu"``); once the hub has
-  stopped it, release the grant with the reason ``culled: ...``. That reason is what the
-  monthly report counts; :attr:`GPUCuller.history` (bounded) feeds the admin page and
-  ``gpushare_culls_total`` the metrics.
+  stopped it, release the grant with the end kind ``culled`` (and the reason
+  ``culled: ...``; a release by the spawner during the stop is the cull too). That end
+  record is what the monthly report and the admin page count; :attr:`GPUCuller.history`
+  (bounded) feeds the admin page's culler table and ``gpushare_culls_total`` the metrics.
 
 JupyterHub's own idle culler keeps doing what it does; this one looks at GPUs only.
 """
@@ -30,6 +31,7 @@ from traitlets import Dict, Enum, Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..core.culling import CullFacts, CullRule, Verdict, idle_since, verdict
+from ..core.grant_end import EndKind, GrantEnd
 from ..core.model import Kind
 from .db import grants_table
 from .hubclient import HubClient, HubError
@@ -226,21 +228,25 @@ class GPUCuller(LoggingConfigurable):
             log.warning("culler: no hub to stop %s/%s; grant %s kept", user, server, gid)
             return None
         cpu = self.action == "cpu" and bool(self.cpu_profile)
+        what = "moved to cpu" if cpu else "stopped"
+        reason = f"culled: no GPU activity for {_duration(rule.window_s)}; server {what}"
+        # while the hub stops the server its spawner releases the grant: that release is
+        # the cull (the end record, core.grant_end.resolve)
+        self.broker.culling[gid] = reason
         try:
             await self.hub.stop_server(user, server)
             await self._wait_stopped(user, server)
             if cpu:
                 await self._start(user, server, {"profile": self.cpu_profile})
         except HubError as exc:
+            self.broker.culling.pop(gid, None)
             log.warning("culler: could not stop %s/%s: %s (will retry)", user, server, exc)
             return None
-        what = "moved to cpu" if cpu else "stopped"
         event = self._event(gid, what, facts.now, idle_since(facts))
         self._withdraw(gid)
-        reason = f"culled: no GPU activity for {_duration(rule.window_s)}; server {what}"
         if gid in self.broker.state.grants:
-            self.broker.release(gid, reason)
-        else:  # the spawner released it while the hub stopped the server: say why
+            self.broker.release(gid, reason, end=GrantEnd(EndKind.CULLED, reason))
+        else:  # released while the hub stopped the server: make sure it says culled
             self._relabel(gid, reason)
         if self.on_cull is not None:
             self.on_cull(grant.pool, "cpu" if what != "stopped" else "stop")
@@ -271,8 +277,9 @@ class GPUCuller(LoggingConfigurable):
         with self.broker.engine.begin() as conn:
             conn.execute(
                 grants_table.update()
-                .where(grants_table.c.id == gid, grants_table.c.released_at.is_not(None))
-                .values(release_reason=reason)
+                .where(grants_table.c.id == gid, grants_table.c.released_at.is_not(None),
+                       grants_table.c.end_kind != EndKind.PREEMPTED.value)
+                .values(release_reason=reason, end_kind=EndKind.CULLED.value)
             )
 
     # -- the loop -----------------------------------------------------------------------------

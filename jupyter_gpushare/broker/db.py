@@ -101,6 +101,12 @@ grants_table = Table(
     Column("preempt_for", String(64), nullable=True),
     Column("preempt_reason", Text, nullable=True),
     Column("preempt_deadline", Float, nullable=True),
+    # schema 6: how the grant ended (jupyter_gpushare.core.grant_end): the kind from a
+    # closed set, and for a preemption the request and team it was taken for; NULL while
+    # the grant lives
+    Column("end_kind", String(16), nullable=True),
+    Column("ended_by_request", String(64), nullable=True),
+    Column("ended_by_team", String(255), nullable=True),
     Index("ix_gpushare_grants_live", "released_at"),
     Index("ix_gpushare_grants_user", "username"),
     Index("ix_gpushare_grants_period", "team", "pool", "granted_at"),
@@ -231,6 +237,9 @@ usage_table = Table(
 heartbeat detail rows are deleted after ``BrokerLimits.heartbeat_retention_s``)."""
 
 heartbeats_ts_index = Index("ix_gpushare_heartbeats_ts", heartbeats_table.c.ts)
+grants_end_index = Index(
+    "ix_gpushare_grants_end", grants_table.c.end_kind, grants_table.c.released_at
+)
 
 
 # -- migrations -----------------------------------------------------------------------------
@@ -263,12 +272,45 @@ def _m5_node_broker_drain(conn: Connection) -> None:
         conn.execute(text(f"ALTER TABLE {nodes_table.name} ADD COLUMN broker_drain {kind}"))
 
 
+def _m6_grant_end(conn: Connection) -> None:
+    """The end record of grants; old closed rows get the kind their reason text says
+    (``preempted: ...`` and the like) and, if preempted, the request (and its team) their
+    preemption mark named."""
+    from ..core.grant_end import classify
+
+    g = grants_table.c
+    have = {c["name"] for c in inspect(conn).get_columns(grants_table.name)}
+    for column in (g.end_kind, g.ended_by_request, g.ended_by_team):
+        if column.name not in have:
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE {grants_table.name} ADD COLUMN {column.name} {kind}"))
+    grants_end_index.create(conn, checkfirst=True)
+    rows = conn.execute(
+        select(g.id, g.release_reason, g.preempt_for)
+        .where(g.released_at.is_not(None), g.end_kind.is_(None))
+    ).all()
+    teams = dict(conn.execute(select(requests_table.c.id, requests_table.c.team)).all()) if any(
+        r.preempt_for for r in rows
+    ) else {}
+    for gid, reason, preempt_for in rows:
+        kind = classify(reason)
+        by = preempt_for if kind.value == "preempted" else None
+        conn.execute(
+            grants_table.update().where(g.id == gid).values(
+                end_kind=kind.value,
+                ended_by_request=by,
+                ended_by_team=teams.get(by) if by else None,
+            )
+        )
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "initial schema: requests, grants (ledger), nodes, heartbeats", _m1_initial),
     (2, "batch jobs: jobs, their notebook snapshots and state history", _m2_jobs),
     (3, "measured use per grant and GPU, power per node and hour", _m3_grant_use),
     (4, "measured use per team, pool and month; heartbeats by time", _m4_usage),
     (5, "nodes: the broker's own drain after a run was lost with the node", _m5_node_broker_drain),
+    (6, "grants: one record of how each grant ended (kind, by whom)", _m6_grant_end),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

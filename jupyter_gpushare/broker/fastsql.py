@@ -99,7 +99,8 @@ def _insert(table: str, columns: Sequence[str]) -> str:
 SQL = {
     "insert_request": _insert("gpushare_requests", REQUEST_COLUMNS),
     "insert_grant": _insert("gpushare_grants", GRANT_COLUMNS),
-    "close_grant": "UPDATE gpushare_grants SET released_at = ?, release_reason = ? "
+    "close_grant": "UPDATE gpushare_grants SET released_at = ?, release_reason = ?, "
+    "end_kind = ?, ended_by_request = ?, ended_by_team = ? "
     "WHERE id = ? AND released_at IS NULL",
     "close_request": "UPDATE gpushare_requests SET status = 'released', updated_at = ? "
     "WHERE id = ?",

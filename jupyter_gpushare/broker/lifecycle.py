@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import bindparam
 
 from ..core.admission import AdmissionFacts, Decision, Outcome, decide
+from ..core.grant_end import EndFacts, GrantEnd, resolve
 from ..core.model import Grant, Request
 from . import fastsql
 from .base import Pending
@@ -38,7 +39,13 @@ from .views import ViewsMixin
 _CLOSE_GRANT = (
     grants_table.update()
     .where(grants_table.c.id == bindparam("g_id"), grants_table.c.released_at.is_(None))
-    .values(released_at=bindparam("g_released"), release_reason=bindparam("g_reason"))
+    .values(
+        released_at=bindparam("g_released"),
+        release_reason=bindparam("g_reason"),
+        end_kind=bindparam("g_kind"),
+        ended_by_request=bindparam("g_by_request"),
+        ended_by_team=bindparam("g_by_team"),
+    )
 )
 _CLOSE_REQUEST = (
     requests_table.update()
@@ -257,37 +264,73 @@ class LifecycleMixin(ViewsMixin):
     # -- release ----------------------------------------------------------------------------
 
     def _close_grant_rows(
-        self, conn: Any, grant_id: str, request_id: str, now: float, reason: str
+        self, conn: Any, grant_id: str, request_id: str, now: float, reason: str,
+        end: GrantEnd | None = None,
     ) -> None:
-        conn.execute(_CLOSE_GRANT, {"g_id": grant_id, "g_released": now, "g_reason": reason})
+        end = end or resolve(reason, EndFacts(now, now))
+        conn.execute(_CLOSE_GRANT, {
+            "g_id": grant_id, "g_released": now, "g_reason": end.reason or reason,
+            "g_kind": end.kind.value, "g_by_request": end.by_request, "g_by_team": end.by_team,
+        })
         conn.execute(_CLOSE_REQUEST, {"r_id": request_id, "r_updated": now})
 
+    def grant_end(
+        self, grant: Grant, reason: str, now: float, end: GrantEnd | None = None
+    ) -> GrantEnd:
+        """How ``grant`` ends now (:func:`~jupyter_gpushare.core.grant_end.resolve`, with
+        what the broker knows: its preemption, the culler, the profile's lifetime)."""
+        target = self.state.preempting.get(grant.id)
+        pend = self.pending.get(target) if target is not None else None
+        why = self.preempt_info.get(grant.id, (pend.reason if pend else "", 0.0))[0]
+        profile = self.policy.profile(grant.request.profile) if grant.request.profile else None
+        facts = EndFacts(
+            now=now,
+            granted_at=grant.granted_at,
+            max_lifetime_s=profile.max_lifetime_s if profile is not None else None,
+            preempting_for=target,
+            preempting_team=pend.request.team if pend is not None else None,
+            preempting_why=f"preempted: {why}" if why else "",
+            culling_why=self.culling.get(grant.id),
+        )
+        return resolve(reason, facts, end)
+
     def release(
-        self, grant_id: str, reason: str = "released by holder", *, drain: bool = True
+        self,
+        grant_id: str,
+        reason: str = "released by holder",
+        *,
+        drain: bool = True,
+        end: GrantEnd | None = None,
     ) -> bool:
-        """Release a live grant; ``False`` if it was not live (release is idempotent)."""
+        """Release a live grant; ``False`` if it was not live (release is idempotent).
+        The grant's end record (kind, by whom) is written with it: ``end`` where the
+        caller knows it, else :meth:`grant_end` decides from ``reason`` and the state."""
         grant = self.state.grants.get(grant_id)
         if grant is None:
             return False
         now = self.clock()
+        ended = self.grant_end(grant, reason, now, end)
+        text = ended.reason or reason
         if self.fast is not None:
             self.write_fast(
                 [
-                    ("close_grant", (now, reason, grant_id)),
+                    ("close_grant", (now, text, ended.kind.value, ended.by_request,
+                                     ended.by_team, grant_id)),
                     ("close_request", (now, grant.request.id)),
                 ]
             )
         else:
             with self.engine.begin() as conn:
-                self._close_grant_rows(conn, grant_id, grant.request.id, now, reason)
+                self._close_grant_rows(conn, grant_id, grant.request.id, now, text, ended)
         target = self.state.preempting.get(grant_id)
         self.state.release(grant_id)
         self.unhold(grant.request, grant_id)
         self.ledger.remove(grant, now)
         self.preempt_info.pop(grant_id, None)
+        self.culling.pop(grant_id, None)
         self.last_heartbeat.pop(grant_id, None)
         self.heartbeat_accepted_at.pop(grant_id, None)
-        self.observer.release(reason.split(":")[0])
+        self.observer.release(ended.kind.value)
         if target is not None:
             pend = self.pending.get(target)
             if pend is not None:

@@ -29,7 +29,10 @@ gpushare_admissions_total                    pool, outcome,     admission decisi
                                              code
 gpushare_refusals_total                      pool, code         refused requests
 gpushare_preemptions_total                   reason             grants preempted
-gpushare_releases_total                      reason             grants released
+gpushare_releases_total                      reason             grants ended, by end kind
+                                                                (core.grant_end: released,
+                                                                preempted, culled, expired,
+                                                                node_lost, reconciled, policy)
 gpushare_culls_total                         pool, action       servers culled by the GPU
                                                                 idle culler
 gpushare_http_request_duration_seconds       handler, method    HTTP request latency
@@ -46,6 +49,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..core.grant_end import ALL_KINDS
 from ..core.model import from_milli
 
 if TYPE_CHECKING:
@@ -186,8 +190,14 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.releases = Counter(
-            "gpushare_releases", "Grants released", ["reason"], registry=self.registry
+            "gpushare_releases",
+            "Grants ended, by the kind of their end record (released, preempted, culled, "
+            "expired, node_lost, reconciled, policy)",
+            ["reason"],
+            registry=self.registry,
         )
+        for kind in ALL_KINDS:
+            self.releases.labels(kind)
         self.culls = Counter(
             "gpushare_culls",
             "Servers stopped or moved to the CPU-only profile by the GPU idle culler",
@@ -245,6 +255,7 @@ class BrokerMetrics:
             self.preemptions.labels(reason).inc(count)
 
     def release(self, reason: str) -> None:
+        """One grant ended; ``reason`` is its end kind (the grant's end record)."""
         self.releases.labels(reason).inc()
 
     def cull(self, pool: str, action: str) -> None:

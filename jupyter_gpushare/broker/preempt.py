@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from traitlets.config import LoggingConfigurable
 
+from ..core.grant_end import EndKind, GrantEnd
 from ..core.model import Grant, Kind
 from .hubclient import HubClient, HubError
 
@@ -170,7 +171,9 @@ class PreemptionRunner:
                 )
         for grant in victims:
             if grant.id in broker.state.grants:
-                broker.release(grant.id, f"preempted: {pend.reason}", drain=False)
+                why = f"preempted: {pend.reason}"
+                end = GrantEnd(EndKind.PREEMPTED, why, request_id, pend.request.team)
+                broker.release(grant.id, why, drain=False, end=end)
                 log.info(
                     "preempted grant %s of %s for request %s", grant.id, grant.user, request_id
                 )

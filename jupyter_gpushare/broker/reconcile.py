@@ -32,6 +32,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool
 from traitlets.config import LoggingConfigurable
 
+from ..core.grant_end import EndKind, GrantEnd
 from ..core.model import Grant, Kind
 from .hubclient import HubError
 
@@ -243,7 +244,8 @@ async def reconcile(
         if not i % 16:
             await pause()
         grant = broker.state.grants.get(gid)  # the state, not `grants`: it may be rebuilt
-        if grant is None or not broker.release(gid, f"reconciled: {why}"):
+        ended = GrantEnd(EndKind.RECONCILED, f"reconciled: {why}")
+        if grant is None or not broker.release(gid, ended.reason, end=ended):
             continue
         released.append(
             {

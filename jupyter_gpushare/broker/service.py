@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import event, select
 
+from ..core.grant_end import EndKind, GrantEnd
 from ..core.model import Grant, Policy, from_milli
 from ..core.state import CapacityError, ClusterState
 from . import livegrants
@@ -253,7 +254,9 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
                 kept.append(grant)
             except (CapacityError, KeyError, ValueError) as exc:
                 why = f"released: the new policy has no room for it ({exc})"
-                self.release(grant.id, why, drain=False)
+                lost = grant.placement.node not in {n.name for n in policy.nodes}
+                kind = EndKind.NODE_LOST if lost else EndKind.POLICY
+                self.release(grant.id, why, drain=False, end=GrantEnd(kind, why))
                 changes.append(_change(grant, "released", why))
         demote: dict[str, str] = {}
         for grant in kept:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 
 from ..core.admission import AdmissionFacts, Decision, Outcome, decide
+from ..core.grant_end import kind_of
 from ..core.model import Grant, Request, from_milli
 from ..core.placement import place
 from .db import grants_table, requests_table
@@ -20,6 +21,14 @@ from .errors import BrokerError
 from .ledger import LedgerMixin
 from .serial import gpus_json, iso, slices_to_json, spec_to_request
 
+
+def end_view(row: Any) -> dict[str, Any] | None:
+    """The end record of a grant row (``None`` while it lives); rows closed before the
+    record existed and never migrated read their kind from the reason."""
+    if row.released_at is None:
+        return None
+    kind = kind_of(row.end_kind, row.release_reason).value
+    return {"kind": kind, "by_request": row.ended_by_request, "by_team": row.ended_by_team}
 
 class ViewsMixin(LedgerMixin):
     """The API's answers about grants, requests, the queue, notices, usage and profiles."""
@@ -93,6 +102,7 @@ class ViewsMixin(LedgerMixin):
             "grace_period_s": grant.grace_period_s,
             "released_at": None,
             "release_reason": None,
+            "end": None,
             "preemption": {"reason": info[0], "deadline": iso(info[1])} if info else None,
             "usage": self.last_heartbeat.get(grant.id),
         }
@@ -130,6 +140,7 @@ class ViewsMixin(LedgerMixin):
             "grace_period_s": row.grace_period_s,
             "released_at": iso(row.released_at),
             "release_reason": row.release_reason,
+            "end": end_view(row),
             "preemption": None,
             "usage": None,
         }

@@ -24,6 +24,21 @@ def parse_month(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def parse_now(text: str) -> float:
+    """``--now``: an ISO 8601 time (UTC unless it says otherwise) into POSIX seconds."""
+    from datetime import datetime, timezone
+
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--now: expected an ISO 8601 time (e.g. 2026-11-15T12:00:00Z), got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
 def previous_month(now: float) -> tuple[int, int]:
     t = time.gmtime(now)
     return (t.tm_year, t.tm_mon - 1) if t.tm_mon > 1 else (t.tm_year - 1, 12)
@@ -39,12 +54,16 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None,
                         help="the policy file the broker runs with (default $GPUSHARE_POLICY)")
     parser.add_argument("-o", "--out", default=None, help="write to this file (default: stdout)")
+    parser.add_argument("--now", type=parse_now, default=None,
+                        help="the report's 'now', ISO 8601 (default: the clock); a month that "
+                        "has not ended by then is reported up to it and labelled partial")
 
 
 def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
     from ..broker.db import make_engine
+    from ..core.ledger import month_bounds
     from ..policy import check_policy_file
     from . import make_report
     from .source import load_month
@@ -61,14 +80,18 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {issue}", file=sys.stderr)
         return 1
     version = hashlib.sha256(Path(policy_file).read_bytes()).hexdigest()[:12]
-    year, month = args.month or previous_month(time.time())
+    now = time.time() if args.now is None else args.now
+    year, month = args.month or previous_month(now)
+    if month_bounds(year, month)[0] > now:
+        print(f"report: --month {year:04d}-{month:02d} has not begun yet", file=sys.stderr)
+        return 2
     url = args.db or os.environ.get("GPUSHARE_DB_URL", "sqlite:///gpushare.sqlite")
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         print(f"report: --db: no database file at {url[len('sqlite:///'):]}", file=sys.stderr)
         return 2
     engine = make_engine(url)
     try:
-        rows = load_month(engine, check.policy, year, month, policy_version=version)
+        rows = load_month(engine, check.policy, year, month, policy_version=version, now=now)
     except SQLAlchemyError as exc:
         print(f"report: cannot read the broker's database {url}: {exc}", file=sys.stderr)
         return 1

@@ -87,7 +87,9 @@ def rnd(value: Any) -> Any:
 
 
 def num(value: Any) -> str:
-    """The text of one figure, as every text format writes it."""
+    """The text of one figure, as every text format writes it: at most :data:`DIGITS`
+    decimals, trailing zeros of the fraction dropped (never of the integer part: 2000
+    stays "2000", 1500.0 is "1500", 0.50 is "0.5", -0.00001 is "0")."""
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -95,14 +97,29 @@ def num(value: Any) -> str:
     if isinstance(value, dict):
         return "; ".join(f"{k}: {num(v)}" for k, v in sorted(value.items()))
     if isinstance(value, float):
-        r = round(value, DIGITS)
-        text = f"{r:.{DIGITS}f}".rstrip("0").rstrip(".")
+        text = f"{round(value, DIGITS):.{DIGITS}f}"
+        if "." in text:  # (always, with DIGITS > 0; the guard keeps the integer part whole)
+            text = text.rstrip("0").rstrip(".")
         return "0" if text in ("-0", "") else text
     return str(value)
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _projection(month: MonthFigures) -> dict[str, Any] | None:
+    """The labelled projection of a partial month (``None`` for a finished month)."""
+    p = month.projection
+    if p is None:
+        return None
+    return {
+        "label": "projection to the month's end (linear extrapolation of the elapsed "
+        "figures; not a measurement)",
+        "factor": p.factor,
+        "granted_gpu_hours": dict(p.granted_gpu_hours),
+        "budget_share": dict(p.budget_share),
+    }
 
 
 def build(
@@ -125,11 +142,18 @@ def build(
         nrow: dict[str, Any] = {"node": n.node}
         nrow.update({k: getattr(n, k) for k, _ in POWER_COLUMNS})
         power.append(nrow)
+    start, until = _iso(month.start), _iso(month.until or month.end)
     doc = {
         "month": month.month,
-        "start": _iso(month.start),
+        "start": start,
         "end": _iso(month.end),
+        # a month in progress: every figure stops at `until` (the report's now)
+        "partial": month.partial,
+        "until": until,
+        "period": f"partial: {start} to {until}" if month.partial else f"{start} to {until}",
         "hours": month.hours,
+        "month_hours": month.month_hours or month.hours,
+        "elapsed_share": month.elapsed_share,
         "policy_version": month.policy_version,
         "teams": teams,
         "pools": pools,
@@ -139,5 +163,6 @@ def build(
         "rule": asdict(rule),
         "thresholds": asdict(month.thresholds),
         "series": asdict(month.series),
+        "projection": _projection(month),
     }
     return rnd(doc)  # type: ignore[no-any-return]

@@ -43,6 +43,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..core.grant_end import EndKind, kind_of
 from .rows import GrantRow, MonthRows, UsageRow
 
 DAY_S = 86400.0
@@ -157,8 +158,23 @@ class Series:
 
 
 @dataclass
+class Projection:
+    """A linear projection of a partial month to its end: NOT a measurement. Each figure
+    is the elapsed figure x (hours of the month / hours elapsed)."""
+
+    factor: float  # month hours / elapsed hours
+    granted_gpu_hours: dict[str, float] = field(default_factory=dict)  # "team/pool" -> GPU-h
+    budget_share: dict[str, float] = field(default_factory=dict)  # "team/pool" -> share
+
+
+@dataclass
 class MonthFigures:
-    """All figures of one month (the recommendation is added by :mod:`.rule`)."""
+    """All figures of one month (the recommendation is added by :mod:`.rule`).
+
+    For a month in progress (``partial``) every figure covers ``[start, until)`` only:
+    ``hours`` are the elapsed hours (``month_hours`` the whole month's), guarantees and
+    capacity count those hours, budgets are the share used so far; ``projection`` is the
+    separate, labelled extrapolation."""
 
     month: str
     start: float
@@ -171,6 +187,15 @@ class MonthFigures:
     series: Series
     thresholds: Thresholds
     policy_version: str = ""
+    until: float = 0.0  # the figures stop here: ``end``, or the report's ``now`` if earlier
+    partial: bool = False
+    month_hours: float = 0.0
+    projection: Projection | None = None
+
+    @property
+    def elapsed_share(self) -> float:
+        """The share of the month the figures cover (1.0 for a finished month)."""
+        return self.hours / self.month_hours if self.month_hours else 1.0
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -278,7 +303,11 @@ def _split_days(begin: float, stop: float, start: float, days: int) -> Iterable[
 def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigures:
     """Every figure of the month described by ``rows``."""
     th = thresholds or Thresholds()
-    start, end = rows.start, rows.end
+    start, month_end = rows.start, rows.end
+    # a month in progress stops at `now`: nothing after it is counted (no open server or
+    # waiting request runs on to the month's end, no bar on a day still to come)
+    end = month_end if rows.now is None else min(month_end, max(start, rows.now))
+    partial = end < month_end
     hours = (end - start) / 3600.0
     days = max(1, math.ceil((end - start) / DAY_S))
     usage = {u.grant_id: u for u in rows.usage}
@@ -309,6 +338,8 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
     for g in rows.grants:
         h = overlap_h(g.granted_at, g.released_at, start, end)
         ended_in_month = g.released_at is not None and start <= g.released_at < end
+        if g.granted_at >= end:
+            continue  # granted after the figures stop (a partial month's `now`)
         if h <= 0 and not ended_in_month:
             continue
         grants_by_id[g.id] = g
@@ -323,11 +354,11 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         if ended_in_month:
             assert g.released_at is not None
             durations[g.pool].append((g.released_at - g.granted_at) / 3600.0)
-            reason = g.release_reason or ""
-            if reason.startswith("preempted"):
+            kind = kind_of(g.end_kind, g.release_reason)  # the grant's end record
+            if kind is EndKind.PREEMPTED:
                 why = "reclaimed" if g.borrowed else "priority"
                 f.preemptions[why] = f.preemptions.get(why, 0) + 1
-            elif reason.startswith("culled"):
+            elif kind is EndKind.CULLED:
                 f.culled += 1
         use = usage.get(g.id)
         if use is not None and use.gpus and g.units > 0:
@@ -358,15 +389,18 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
     pool_waits: dict[str, list[float]] = defaultdict(list)
     day_waits: list[list[float]] = [[] for _ in range(days)]
     for r in rows.requests:
+        if r.created_at >= end:
+            continue  # made after the figures stop
         made_in_month = start <= r.created_at < end
         f = fig(r.team, r.pool)
+        granted_at = r.granted_at if r.granted_at is not None and r.granted_at < end else None
         wait_end: float | None
-        if r.granted_at is not None:
-            wait_end = r.granted_at
-        elif r.status in ("queued", "preempting"):
-            wait_end = None
+        if granted_at is not None:
+            wait_end = granted_at
+        elif r.status in ("queued", "preempting") or r.granted_at is not None:
+            wait_end = None  # still waiting (at the month's end, or at `now`)
         else:
-            wait_end = r.updated_at
+            wait_end = r.updated_at if r.updated_at < end else None
         f.queued_gpu_hours += r.units * overlap_h(r.created_at, wait_end, start, end)
         if not made_in_month:
             continue
@@ -374,8 +408,8 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         if r.status == "refused":
             f.refusals[r.code or "refused"] = f.refusals.get(r.code or "refused", 0) + 1
             f.refused_gpu_hours += r.units * ref_duration.get(r.pool, 1.0)
-        if r.granted_at is not None:
-            wait = max(0.0, r.granted_at - r.created_at)
+        if granted_at is not None:
+            wait = max(0.0, granted_at - r.created_at)
             waits[(r.team, r.pool)].append(wait)
             pool_waits[r.pool].append(wait)
             day = int((r.created_at - start) // DAY_S)
@@ -443,6 +477,8 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         wait_p95_per_day_s=[p95(w) for w in day_waits],
     )
     teams = sorted(figs.values(), key=lambda f: (f.pool, f.team))
+    month_hours = (month_end - start) / 3600.0
+    projection = _projection(teams, month_hours / hours) if partial and hours > 0 else None
     return MonthFigures(
         month=f"{rows.year:04d}-{rows.month:02d}",
         start=start,
@@ -455,5 +491,20 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
         series=series,
         thresholds=th,
         policy_version=rows.policy_version,
+        until=end,
+        partial=partial,
+        month_hours=month_hours,
+        projection=projection,
     )
+
+
+def _projection(teams: list[TeamPoolFigures], factor: float) -> Projection:
+    """Granted GPU-hours and budget shares of a partial month, extrapolated linearly."""
+    proj = Projection(factor)
+    for f in teams:
+        key = f"{f.team}/{f.pool}"
+        proj.granted_gpu_hours[key] = f.granted_gpu_hours * factor
+        if f.budget_gpu_hours:
+            proj.budget_share[key] = f.granted_gpu_hours * factor / f.budget_gpu_hours
+    return proj
 

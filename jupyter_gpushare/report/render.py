@@ -13,6 +13,36 @@ from .document import POOL_COLUMNS, POWER_COLUMNS, TEAM_COLUMNS, num
 
 FORMATS = ("html", "csv", "md", "json")
 
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""A spreadsheet runs a cell that starts with one of these as a formula."""
+
+PARTIAL_LABELS = {
+    "guaranteed_gpu_hours": "guaranteed GPU-h (elapsed hours)",
+    "capacity_gpu_hours": "capacity GPU-h (elapsed hours)",
+    "budget_used_share": "budget used so far",
+}
+"""Column labels that change on a month in progress (the figures stop at its ``until``)."""
+
+
+def csv_text(value: str) -> str:
+    """A text cell of the CSV: one that a spreadsheet would run as a formula gets a
+    leading ``'`` (team names and reasons come from users and admins)."""
+    return "'" + value if value.startswith(CSV_FORMULA_START) else value
+
+
+def md_text(value: Any) -> str:
+    """Text for Markdown (also inside a table cell): HTML-escaped, backslash, table and
+    link metacharacters escaped, line breaks made spaces."""
+    text = escape(str(value).replace("\\", "\\\\"), quote=False)
+    for ch in ("|", "[", "]", "`"):
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+
+
+def _labels(doc: dict[str, Any], columns: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    partial = bool(doc.get("partial"))
+    return [(k, PARTIAL_LABELS.get(k, label) if partial else label) for k, label in columns]
+
 
 def to_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=1, sort_keys=False) + "\n"
@@ -34,29 +64,41 @@ def to_csv(doc: dict[str, Any]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["section", "pool", "team", "node", "metric", "value"])
-    for key in ("month", "start", "end", "hours", "policy_version", "power_note"):
-        w.writerow(["month", "", "", "", key, num(doc[key])])
+    def row(section: str, pool: str, team: str, node: str, metric: str, value: Any) -> None:
+        text = num(value)
+        w.writerow([section, csv_text(pool), csv_text(team), csv_text(node), csv_text(metric),
+                    csv_text(text) if isinstance(value, str) else text])
+
+    for key in ("month", "period", "partial", "start", "until", "end", "hours", "month_hours",
+                "elapsed_share", "policy_version", "power_note"):
+        row("month", "", "", "", key, doc[key])
     for t in doc["teams"]:
         for metric, value in _flat(t, TEAM_COLUMNS + (("borrow_limit_units", ""),)):
-            w.writerow(["team", t["pool"], t["team"], "", metric, num(value)])
+            row("team", t["pool"], t["team"], "", metric, value)
     for p in doc["pools"]:
         for metric, value in _flat(p, POOL_COLUMNS):
-            w.writerow(["pool", p["pool"], "", "", metric, num(value)])
+            row("pool", p["pool"], "", "", metric, value)
     for n in doc["power"]:
         for metric, value in _flat(n, POWER_COLUMNS):
-            w.writerow(["power", n["pool"], "", n["node"], metric, num(value)])
+            row("power", n["pool"], "", n["node"], metric, value)
     for r in doc["recommendations"]:
-        for key in ("action", "text", "gpus", "units", "from_team", "to_team"):
-            w.writerow(["recommendation", r["pool"], "", "", key, num(r[key])])
+        for key in ("action", "provisional", "text", "gpus", "units", "from_team", "to_team"):
+            row("recommendation", r["pool"], "", "", key, r[key])
         for key, value in sorted(r["figures"].items()):
-            w.writerow(["recommendation", r["pool"], "", "", f"figures.{key}", num(value)])
+            row("recommendation", r["pool"], "", "", f"figures.{key}", value)
+    proj = doc.get("projection")
+    if proj:
+        row("projection", "", "", "", "label", proj["label"])
+        row("projection", "", "", "", "factor", proj["factor"])
+        for what in ("granted_gpu_hours", "budget_share"):
+            for key, value in sorted(proj[what].items()):
+                team, _, pool = key.rpartition("/")
+                row("projection", pool, team, "", what, value)
     return buf.getvalue()
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
-
+    cell = md_text
     out = ["| " + " | ".join(cell(h) for h in header) + " |"]
     out.append("|" + "|".join("---" for _ in header) + "|")
     out.extend("| " + " | ".join(cell(c) for c in r) + " |" for r in rows)
@@ -71,14 +113,15 @@ def _team_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[st
         if not teams:
             continue
         header = ["figure"] + [t["team"] for t in teams]
-        rows = [[label] + [num(t[key]) for t in teams] for key, label in TEAM_COLUMNS]
+        rows = [[label] + [num(t[key]) for t in teams] for key, label in _labels(doc, TEAM_COLUMNS)]
         out.append((pool, header, rows))
     return out
 
 
 def _pool_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["figure"] + [p["pool"] for p in doc["pools"]]
-    rows = [[label] + [num(p[key]) for p in doc["pools"]] for key, label in POOL_COLUMNS]
+    rows = [[label] + [num(p[key]) for p in doc["pools"]]
+            for key, label in _labels(doc, POOL_COLUMNS)]
     return header, rows
 
 
@@ -88,28 +131,50 @@ def _power_table(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _period(doc: dict[str, Any]) -> str:
+    """The period line every text format starts with (plain text: escape it where it goes)."""
+    text = f"Period {doc['period']} ({num(doc['hours'])} hours"
+    if doc.get("partial"):
+        text += (f" of {num(doc['month_hours'])}; the month is in progress: every figure "
+                 f"stops at {doc['until']}, nothing after it is counted")
+    text += ")"
+    if doc["policy_version"]:
+        text += f"; policy {doc['policy_version']}"
+    return text + "."
+
+
+def _projection_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    proj = doc["projection"]
+    header = ["team/pool", "projected granted GPU-h", "projected budget share"]
+    rows = [[key, num(value), num(proj["budget_share"].get(key))]
+            for key, value in sorted(proj["granted_gpu_hours"].items())]
+    return header, rows
+
+
 def to_md(doc: dict[str, Any]) -> str:
-    lines = [f"# GPU report {doc['month']}", ""]
-    lines.append(
-        f"Period {doc['start']} to {doc['end']} ({num(doc['hours'])} hours)"
-        + (f"; policy {doc['policy_version']}" if doc["policy_version"] else "")
-        + "."
-    )
+    title = f"# GPU report {md_text(doc['month'])}"
+    if doc.get("partial"):
+        title += f" ({md_text(doc['period'])})"
+    lines = [title, "", md_text(_period(doc))]
     lines += ["", "## Recommendation", ""]
     for r in doc["recommendations"]:
-        lines.append(f"- **{r['pool']}: {r['action']}**. {r['text']}")
+        lines.append(f"- **{md_text(r['pool'])}: {md_text(r['action'])}**. {md_text(r['text'])}")
     lines += ["", "## Pools: demand against capacity", ""]
     header, rows = _pool_table(doc)
     lines += _md_table(header, rows)
     for pool, header, rows in _team_tables(doc):
-        lines += ["", f"## Teams in pool {pool}", ""]
+        lines += ["", f"## Teams in pool {md_text(pool)}", ""]
         lines += _md_table(header, rows)
     lines += ["", "## Power per node", ""]
     if doc["power"]:
         header, rows = _power_table(doc)
         lines += _md_table(header, rows)
     if doc["power_note"]:
-        lines += ["", doc["power_note"]]
+        lines += ["", md_text(doc["power_note"])]
+    if doc.get("projection"):
+        lines += ["", "## Projection (not a measurement)", "",
+                  md_text(doc["projection"]["label"]) + ".", ""]
+        lines += _md_table(*_projection_rows(doc))
     return "\n".join(lines) + "\n"
 
 
@@ -147,17 +212,19 @@ def to_html(doc: dict[str, Any], series: dict[str, Any] | None = None) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>GPU report {escape(doc['month'])}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>GPU report {escape(doc['month'])}</h1>",
-        f"<p>Period {escape(doc['start'])} to {escape(doc['end'])} "
-        f"({escape(num(doc['hours']))} hours)"
-        + (f"; policy {escape(doc['policy_version'])}" if doc["policy_version"] else "")
-        + ".</p>",
+        f"<h1>GPU report {escape(doc['month'])}"
+        + (f' <span class="partial">({escape(doc["period"])})</span>'
+           if doc.get("partial") else "")
+        + "</h1>",
+        f'<p class="period" data-partial="{"yes" if doc.get("partial") else "no"}">'
+        f"{escape(_period(doc))}</p>",
         "<h2>Recommendation</h2>",
     ]
     for r in doc["recommendations"]:
+        provisional = ' data-provisional="yes"' if r.get("provisional") else ""
         out.append(
             f'<div class="rec {escape(r["action"])}" data-pool="{escape(r["pool"])}" '
-            f'data-action="{escape(r["action"])}"><strong>{escape(r["pool"])}: '
+            f'data-action="{escape(r["action"])}"{provisional}><strong>{escape(r["pool"])}: '
             f"{escape(r['action'])}</strong>. {escape(r['text'])}</div>"
         )
     out.append("<h2>Pools: demand against capacity</h2>")
@@ -195,6 +262,10 @@ def to_html(doc: dict[str, Any], series: dict[str, Any] | None = None) -> str:
         out.append(_html_table(header, rows, "power"))
     if doc["power_note"]:
         out.append(f'<p class="power-note">{escape(doc["power_note"])}</p>')
+    if doc.get("projection"):
+        out.append("<h2>Projection (not a measurement)</h2>")
+        out.append(f'<p class="projection">{escape(doc["projection"]["label"])}.</p>')
+        out.append(_html_table(*_projection_rows(doc), "projection"))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

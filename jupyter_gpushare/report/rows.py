@@ -37,6 +37,8 @@ class GrantRow:
     release_reason: str = ""
     slices: tuple[SliceRow, ...] = ()
     kind: str = "interactive"
+    end_kind: str = ""  # how it ended (core.grant_end.EndKind value); "" while it lives
+    ended_by_team: str = ""  # preempted: the team it was taken for
 
 
 @dataclass(slots=True)
@@ -119,3 +121,4 @@ class MonthRows:
     usage: tuple[UsageRow, ...] = ()
     power: tuple[PowerRow, ...] = ()
     policy_version: str = ""
+    now: float | None = None  # when the report was made; before ``end``: a partial month

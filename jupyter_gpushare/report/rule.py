@@ -21,6 +21,12 @@ Per pool, with ``H`` the hours of the month, *unmet* the queued plus refused GPU
 3. Otherwise **neither**.
 
 Ties go to the team name that sorts first. The defaults are in :class:`RuleConfig`.
+
+**A month in progress** (the report's ``now`` before the month's end) is judged on its
+elapsed hours only (``H`` is then the hours elapsed). Below ``min_elapsed_share`` of the
+month (default 0.25, about a week) no recommendation is made: the action is **withheld**
+and the text says when one will be. From there on the rule runs as above, but the
+recommendation is marked ``provisional`` and its text starts with "Provisional".
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class RuleConfig:
     min_utilisation: float = 0.5
     min_move_units: float = 0.5
     move_step_units: float = 0.25
+    min_elapsed_share: float = 0.25  # a partial month below this share: withheld
 
 
 @dataclass
@@ -47,13 +54,14 @@ class Recommendation:
     """What the rule says for one pool, with the figures behind it."""
 
     pool: str
-    action: str  # buy | move | neither
+    action: str  # buy | move | neither | withheld (a month in progress, too early)
     text: str
     gpus: int = 0
     units: float = 0.0
     from_team: str = ""
     to_team: str = ""
     figures: dict[str, float | None] = field(default_factory=dict)
+    provisional: bool = False  # made on a month in progress
 
 
 def _pct(x: float | None) -> str:
@@ -151,7 +159,33 @@ def recommend_pool(
 def recommend(month: MonthFigures, cfg: RuleConfig | None = None) -> list[Recommendation]:
     """One recommendation per pool of ``month``."""
     cfg = cfg or RuleConfig()
-    return [
-        recommend_pool(p, [f for f in month.teams if f.pool == p.pool], month.hours, cfg)
-        for p in month.pools
-    ]
+    if not month.partial:
+        return [
+            recommend_pool(p, [f for f in month.teams if f.pool == p.pool], month.hours, cfg)
+            for p in month.pools
+        ]
+    share = month.elapsed_share
+    if share < cfg.min_elapsed_share or month.hours <= 0:
+        return [
+            Recommendation(
+                p.pool,
+                "withheld",
+                f"No recommendation for pool {p.pool} yet: the month is in progress and only "
+                f"{_pct(share)} of it has elapsed; one is given (marked provisional) from "
+                f"{_pct(cfg.min_elapsed_share)} of the month on.",
+                figures={"elapsed_share": share},
+                provisional=True,
+            )
+            for p in month.pools
+        ]
+    out = []
+    for p in month.pools:
+        rec = recommend_pool(p, [f for f in month.teams if f.pool == p.pool], month.hours, cfg)
+        rec.provisional = True
+        rec.text = (
+            f"Provisional (month in progress, {_pct(share)} elapsed; figures to now): "
+            + rec.text
+        )
+        rec.figures["elapsed_share"] = share
+        out.append(rec)
+    return out

@@ -12,7 +12,16 @@
     return palette[h % palette.length];
   };
   const gib = (mib) => (mib / 1024).toFixed(mib >= 10240 ? 0 : 1) + " GiB";
-  const n = (x, d = 2) => (x == null ? "" : Number(x).toFixed(d).replace(/\.?0+$/, ""));
+  // number text: `d` decimals at most, trailing zeros of the FRACTION dropped (2000 stays
+  // 2000, 0.50 is 0.5, -0.00 is 0); tests/test_trust_figures.py runs this block in node
+  // BEGIN n
+  const n = (x, d = 2) => {
+    if (x == null || x === "") return "";
+    const text = Number(x).toFixed(d);
+    const out = text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text;
+    return out === "-0" ? "0" : out;
+  };
+  // END n
   let last = "";
   let error = "";
 
@@ -62,7 +71,7 @@
           `<i style="width:${(100 * Math.min(1, t.in_use / top)).toFixed(1)}%"></i>` +
           `<s style="left:${(100 * t.guaranteed / top).toFixed(1)}%"></s></span></td>` +
           `<td class="num">${n(t.gpu_hours_month, 1)}</td>` +
-          `<td class="num">${t.gpu_hours_budget == null ? "" : n(t.gpu_hours_budget, 0)}</td></tr>`;
+          `<td class="num">${t.gpu_hours_budget == null ? "" : n(t.gpu_hours_budget, 3)}</td></tr>`;
       }));
   }
 
@@ -87,10 +96,11 @@
           `<td>${esc(q.created_at)}</td></tr>`)) +
       `<h2>GPUs (${total})</h2><div id="nodes">${nodesHtml(d.nodes)}</div>` +
       "<h2>Recent preemptions</h2>" + table("preemptions",
-        ["at", "user", "team", "pool", "node", "borrowed", "reason"],
+        ["at", "user", "team", "pool", "node", "borrowed", "for team", "reason"],
         d.preemptions.map((p) => `<tr><td>${esc(p.at)}</td><td>${esc(p.user)}</td>` +
           `<td>${esc(p.team)}</td><td>${esc(p.pool)}</td><td>${esc(p.node)}</td>` +
-          `<td>${p.borrowed ? "yes" : "no"}</td><td>${esc(p.reason)}</td></tr>`)) +
+          `<td>${p.borrowed ? "yes" : "no"}</td><td>${esc(p.by_team)}</td>` +
+          `<td>${esc(p.reason)}</td></tr>`)) +
       "<h2>Recent refusals</h2>" + table("refusals",
         ["at", "user", "team", "pool", "code", "reason"],
         d.refusals.map((r) => `<tr><td>${esc(r.at)}</td><td>${esc(r.user)}</td>` +
