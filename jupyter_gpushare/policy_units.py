@@ -175,5 +175,10 @@ def format_duration(seconds: int) -> str:
 
 
 def format_units(milli: int) -> str:
-    """Milli-units as GPU units (``4``, ``0.25``)."""
-    return f"{milli / UNIT:g}"
+    """Milli-units as GPU units (``4``, ``0.25``; ``1.000e+397`` for a number too large to
+    divide as a float)."""
+    try:
+        return f"{milli / UNIT:g}"
+    except OverflowError:
+        digits = str(abs(milli // UNIT))
+        return f"{'-' if milli < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from ..policy_units import UnitError
 from .issues import Collector
-from .schema import MapOf, Section, Value
-from .yamlread import YList, YMap, describe
+from .schema import MapOf, RangeError, Section, Value, name_problem
+from .yamlread import YList, YMap, describe, show
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_LISTED = 30  # names an "unknown ..." message lists
 
 
 def join(path: str, key: object) -> str:
-    """``path.key`` (or ``key`` at the top)."""
-    return f"{path}.{key}" if path else str(key)
+    """``path.key`` (or ``key`` at the top); a key that is not a plain name is quoted and
+    shortened, so that a message stays one readable line whatever the file holds."""
+    text = key if isinstance(key, str) and _PLAIN_KEY.match(key) else show(key)
+    return f"{path}.{text}" if path else text
 
 
 def as_map(ctx: Collector, value: object, line: int, path: str) -> YMap | None:
@@ -35,10 +41,12 @@ def as_list(ctx: Collector, value: object, line: int, path: str) -> YList | None
 def unknown_ref(kind: str, name: str, known: Iterable[str]) -> str:
     """"unknown <kind> 'x' (expected one of: ...); did you mean 'y'?"."""
     names = sorted(known)
-    listed = ", ".join(names) if names else "none are defined"
-    hint = difflib.get_close_matches(name, names, n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    return f"unknown {kind} {name!r} (expected one of: {listed}){extra}"
+    shown = [n if _PLAIN_KEY.match(n) else show(n) for n in names[:_LISTED]]
+    more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
+    listed = ", ".join(shown) + more if names else "none are defined"
+    hint = difflib.get_close_matches(name[:64], names, n=1)
+    extra = f"; did you mean {show(hint[0])}?" if hint else ""
+    return f"unknown {kind} {show(name)} (expected one of: {listed}){extra}"
 
 
 _MISSING = object()
@@ -59,7 +67,7 @@ class Fields:
                 self._unknown(key, allowed)
 
     def _unknown(self, key: object, allowed: tuple[str, ...]) -> None:
-        hint = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = difflib.get_close_matches(str(key)[:64], allowed, n=1)
         expected = f"did you mean {hint[0]!r}?" if hint else "expected one of " + ", ".join(
             allowed
         )
@@ -97,6 +105,9 @@ class Fields:
         value = self.data[key]
         try:
             return spec.shape(value)
+        except RangeError as exc:  # "<value> is out of range <lo>..<hi> (<unit>)"
+            self.ctx.error(self.line(key), join(self.path, key), str(exc))
+            return fallback
         except UnitError as exc:
             self.ctx.error(self.line(key), join(self.path, key), f"got {describe(value)} "
                            f"(expected {exc})")
@@ -124,7 +135,8 @@ class Fields:
     def entries(self, key: str) -> builtins.list[tuple[str, Fields, int, str]]:
         """Items of a mapping-of-sections key (pools, teams, ...): (name, fields, line, path).
 
-        Names are checked here; each body is read against the key's item section.
+        Names are checked here (:data:`~.schema.NAME_PATTERN`, and no two that differ only
+        in case); each body is read against the key's item section.
         """
         shape = self.section.key(key).shape
         assert isinstance(shape, MapOf), f"{key} is not a mapping of sections"
@@ -132,12 +144,19 @@ class Fields:
         if section is None:
             return []
         out = []
+        folded: dict[str, str] = {}
         for name, body in section.items():
             path = join(join(self.path, key), name)
             line = section.key_lines.get(name, section.line)
-            if not isinstance(name, str) or not name:
-                self.ctx.error(line, path, f"got name {describe(name)} (expected a text name)")
+            problem = name_problem(name)
+            if problem is not None:
+                self.ctx.error(line, path, problem)
                 continue
+            if name.lower() in folded:
+                self.ctx.error(line, path, f"differs from {folded[name.lower()]!r} only in case "
+                               "(Slurm and Kubernetes names are lower case: they would be one)")
+                continue
+            folded[name.lower()] = name
             if body is None:
                 body = YMap()
                 body.line = line

@@ -9,7 +9,7 @@ from typing import Any
 from ..core.model import GPU, UNIT, Node
 from .fields import Fields, as_map, join, unknown_ref
 from .issues import Collector
-from .schema import DISCOVERED_SOURCES, GPUS, NODE, SIMULATED
+from .schema import DISCOVERED_SOURCES, GPUS, MAX_DEVICES, MAX_NODES, NODE, SIMULATED
 from .yamlread import YList, YMap, describe
 
 
@@ -150,6 +150,10 @@ def _parse_simulated(ctx: Collector, inv: Fields) -> list[NodeAt]:
             continue
         if None in (pool, count, per_node, model, gmem, cpu, mem):
             continue
+        if count * per_node > MAX_DEVICES:  # checked before building a single node
+            ctx.error(body.line, path, f"{count} nodes x {per_node} GPUs = "
+                      f"{count * per_node:,} GPUs is out of range 0..{MAX_DEVICES:,} (GPUs)")
+            continue
         nodes = simulated_nodes(pool, count, per_node, model, gmem, cpu, mem, prefix, labels)
         out.extend(NodeAt(n, body.line, path, f.line("pool")) for n in nodes)
     return out
@@ -175,10 +179,22 @@ def parse_inventory(ctx: Collector, root: Fields, discover: Discover | None
     nodes = _parse_node_list(ctx, inv, simulated=source == "simulated")
     if source == "simulated" and inv.has("simulated"):
         nodes += _parse_simulated(ctx, inv)
+    _check_size(ctx, inv_map, nodes)
     if not inv.has("nodes") and not inv.has("simulated"):
         what = "nodes or simulated" if source == "simulated" else "nodes"
         ctx.error(inv_map.line, "inventory", f"no nodes declared (expected {what})")
     return source, nodes, True
+
+
+def _check_size(ctx: Collector, inv: YMap, nodes: list[NodeAt]) -> None:
+    """At most :data:`MAX_NODES` nodes and :data:`MAX_DEVICES` GPUs in all."""
+    devices = sum(len(at.node.gpus) for at in nodes)
+    if len(nodes) > MAX_NODES:
+        ctx.error(inv.line, "inventory", f"{len(nodes):,} nodes is out of range "
+                  f"0..{MAX_NODES:,} (nodes)")
+    if devices > MAX_DEVICES:
+        ctx.error(inv.line, "inventory", f"{devices:,} GPUs is out of range "
+                  f"0..{MAX_DEVICES:,} (GPUs)")
 
 
 def _discover(ctx: Collector, inv: Fields, source: str, discover: Discover | None

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..core.model import Policy
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (``\\n``): an issue
+    is one line of output whatever the file held."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 @dataclass(frozen=True)
@@ -21,7 +30,7 @@ class PolicyIssue:
         where = f"{self.file}:{self.line}" if self.line else self.file
         prefix = "warning: " if self.severity == "warning" else ""
         path = f"{self.path}: " if self.path else ""
-        return f"{where}: {prefix}{path}{self.message}"
+        return one_line(f"{where}: {prefix}{path}{self.message}")
 
 
 class PolicyError(Exception):

@@ -9,7 +9,7 @@ from ..core.model import GPU, UNIT, GPUAsk, Node, Pool, Profile, SharingMode
 from ..policy_units import UnitError, format_mib, format_units, parse_fraction_milli
 from .fields import Fields, as_map, join, unknown_ref
 from .issues import Collector
-from .schema import GPU_ASK, PROFILE
+from .schema import GPU_ASK, MAX_GPUS_PER_NODE, PROFILE
 from .sections import Declared, TeamAt, priority_list
 from .yamlread import YMap, describe
 
@@ -39,6 +39,10 @@ def _parse_ask(ctx: Collector, f: Fields, path: str, pool: Pool | None, hw: Pool
     if raw == 0 or raw in ("none", "0"):
         return GPUAsk()
     if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        if raw > MAX_GPUS_PER_NODE:
+            ctx.error(line, gpath, f"{describe(raw)} is out of range 1..{MAX_GPUS_PER_NODE} "
+                      "(GPUs)")
+            return None
         return GPUAsk(whole=raw)
     try:
         return _fraction_ask(ctx, line, gpath, parse_fraction_milli(raw), None, None)
@@ -96,7 +100,8 @@ def _implied_fraction(ctx: Collector, g: Fields, memory: int | None, compute: in
     if memory is not None and pool is not None:
         gpus = hw.gpus(pool.name, models)
         if gpus:
-            smallest = min(int(gpu.memory_mib * (1.0 - pool.memory_headroom)) for gpu in gpus)
+            smallest = min(max(1, int(gpu.memory_mib * (1.0 - pool.memory_headroom)))
+                           for gpu in gpus)
             candidates.append(-(-memory * UNIT // smallest))
         elif compute is None:
             ctx.error(g.data.line, g.path, f"cannot tell what share of a GPU {memory} MiB is: "

@@ -13,12 +13,14 @@ them.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, TypeAlias
 
-from ..core.model import SharingMode
+from ..core.model import UNIT, SharingMode
 from ..policy_units import (
     UnitError,
     parse_cpu_milli,
@@ -28,6 +30,7 @@ from ..policy_units import (
     parse_ratio,
     parse_units_milli,
 )
+from .yamlread import describe, show
 
 INVENTORY_SOURCES = ("static", "simulated", "nvml", "kubernetes")
 DISCOVERED_SOURCES = ("nvml", "kubernetes")
@@ -50,27 +53,155 @@ _QUOTIENT = rf"{_INT}/(?![0_]*(?:\s|%|$)){_INT}"
 RATIO_PATTERN = rf"^\s*\+?(?:{_QUOTIENT}|{_DECIMAL})\s*(?:%\s*)?$"
 
 
+# ------------------------------------------------------------------------ ranges
+# Every number of the policy has a range that every engine it is exported to can store
+# (Slurm keeps priorities and grace times in 32 bits, Kubernetes quantities and priority
+# values in int32/int64, YTsaurus GPU counts in int64) and that no real cluster exceeds.
+
+YEAR_S = 365 * 86400
+MAX_GPU_UNITS = 1_000_000
+"""Most GPU units a quota (guarantee, borrow limit, per-user cap) may name."""
+MAX_GPU_HOURS = 1_000_000_000
+"""Most GPU-hours a month's budget may name (a million GPUs for 1,000 hours)."""
+MAX_MEMORY_MIB = 1024**3
+"""1 PiB: the most memory a node, GPU or profile may name."""
+MAX_CPU_CORES = 65_535
+"""Slurm's most CPUs per node (16 bits)."""
+MAX_PRIORITY = 1_000_000
+"""Highest priority value (Kubernetes' user priority classes stop at 10^9; Slurm at 2^32)."""
+MAX_GPUS_PER_NODE = 1024
+MAX_NODES = 10_000
+"""Most nodes an inventory may declare or simulate."""
+MAX_DEVICES = 100_000
+"""Most GPU devices an inventory may declare or simulate, over all nodes."""
+MAX_SHARDS_PER_GPU = 1024
+MAX_TEXT = 256
+"""Longest one-line text (a model, a display name, a reference); a description may be
+:data:`MAX_DESCRIPTION` long."""
+MAX_DESCRIPTION = 4096
+MAX_IMAGE = 1024
+
+
+class RangeError(UnitError):
+    """A number outside its field's range; the message is the whole sentence:
+    ``<value> is out of range <lo>..<hi> (<unit>)``."""
+
+
+def _amount(value: int | float, scale: int) -> str:
+    """``value`` (core units) in the unit a range is shown in (``value / scale``)."""
+    exact = Fraction(value) / scale
+    if exact.denominator == 1:
+        return show(int(exact))
+    whole = exact.numerator // exact.denominator
+    return show(whole) + "+" if abs(whole) >= 10**15 else f"{float(exact):g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The smallest and largest value a field takes, in the core's units (``scale`` of them
+    make one ``unit``: 1000 milli-units are one GPU unit)."""
+
+    lo: int | float
+    hi: int | float
+    unit: str
+    scale: int = 1
+
+    def check(self, value: int | float) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UnitError("a finite number")
+        if not self.lo <= value <= self.hi:
+            raise RangeError(f"{_amount(value, self.scale)} is out of range "
+                             f"{_amount(self.lo, self.scale)}..{_amount(self.hi, self.scale)} "
+                             f"({self.unit})")
+
+    @property
+    def shown_hi(self) -> int | float:
+        """The upper bound in the unit a plain number is written in (for the JSON Schema)."""
+        exact = Fraction(self.hi) / self.scale
+        return int(exact) if exact.denominator == 1 else float(exact)
+
+
+# ---------------------------------------------------------------------- names
+# Names become Slurm accounts, QOS and partitions, Kubernetes object names and labels
+# (through kube_names.dns_label, lower-cased) and YTsaurus pool names; this pattern is
+# what all of them accept. Two names that differ only in case are refused (they would be
+# one name in Slurm and Kubernetes).
+
+NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_-]{0,61}[A-Za-z0-9])?$"
+NAME_EXPECTED = ("a name of 1 to 63 letters, digits, '-' or '_' that starts and ends with a "
+                 "letter or digit (Slurm, Kubernetes and YTsaurus all accept it)")
+NODE_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+NODE_NAME_EXPECTED = "a host name: letters, digits, '.', '-' or '_', at most 253"
+_NAME = re.compile(NAME_PATTERN)
+_NODE_NAME = re.compile(NODE_NAME_PATTERN)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+ONE_LINE_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` (of a pool, team or priority class) is not a valid name, or ``None``."""
+    if isinstance(name, str) and _NAME.match(name):
+        return None
+    return f"got name {describe(name)} (expected {NAME_EXPECTED})"
+
+
 # ------------------------------------------------------------------------ values
 
 
 @dataclass(frozen=True)
 class Value:
-    """A scalar (or list of scalars) field: its converter and the JSON Schema it accepts."""
+    """A scalar (or list of scalars) field: its converter, the JSON Schema it accepts and
+    the range of its numbers (checked after converting, and in the JSON Schema)."""
 
     convert: Callable[[object], Any]
     schema: dict[str, Any]
     expected: str = ""  # for the JSON Schema's description
+    range: Range | None = None
 
     def __call__(self, raw: object) -> Any:
-        return self.convert(raw)
+        result = self.convert(raw)
+        if self.range is not None and result is not None:
+            self.range.check(result)
+        return result
+
+
+def _one_line(text: str, limit: int = MAX_TEXT) -> str:
+    if len(text) > limit:
+        raise UnitError(f"a text of at most {limit} characters")
+    if _CONTROL.search(text):
+        raise UnitError("a text on one line, without control characters")
+    return text
 
 
 def _text(value: object) -> str:
     if isinstance(value, str) and value.strip():
-        return value
+        return _one_line(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # e.g. a model name such as 4090
+        return _one_line(str(value))  # e.g. a model name such as 4090
     raise UnitError("a non-empty text")
+
+
+def _description(value: object) -> str:
+    text = _text(value) if not isinstance(value, str) else value
+    if len(text) > MAX_DESCRIPTION:
+        raise UnitError(f"a text of at most {MAX_DESCRIPTION} characters")
+    if _CONTROL_BUT_LINES.search(text):
+        raise UnitError("a text without control characters")
+    return text
+
+
+def _image(value: object) -> str:
+    text = _text(value)
+    if any(c.isspace() for c in text) or len(text) > MAX_IMAGE:
+        raise UnitError("a container image such as quay.io/jupyter/pytorch-notebook")
+    return text
+
+
+def _node_name(value: object) -> str:
+    if isinstance(value, str) and _NODE_NAME.match(value):
+        return value
+    raise UnitError(NODE_NAME_EXPECTED)
 
 
 def _whole(value: object) -> int:
@@ -81,9 +212,15 @@ def _whole(value: object) -> int:
 
 def _number(value: object) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UnitError("a finite number")
         if value < 0:
             raise UnitError("a number >= 0")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer of hundreds of digits
+            raise RangeError(f"{show(value)} is out of range 0..{MAX_GPU_HOURS:,} "
+                             "(GPU-hours)") from None
     raise UnitError("a number")
 
 
@@ -94,16 +231,26 @@ def _bool(value: object) -> bool:
 
 
 def _names(value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, (str, int)) for v in value):
-        return tuple(str(v) for v in value)
+    items = [value] if isinstance(value, str) else value
+    if isinstance(items, list) and all(isinstance(v, (str, int)) and not isinstance(v, bool)
+                                       for v in items):
+        names = tuple(str(v) for v in items)
+        for name in names:
+            if not name.strip() or len(name) > MAX_TEXT or _CONTROL.search(name):
+                raise UnitError(f"names of 1 to {MAX_TEXT} characters on one line, without "
+                                f"control characters (got {show(name)})")
+        return names
     raise UnitError("a list of names")
 
 
 def _labels(value: object) -> tuple[tuple[str, str], ...]:
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return tuple(sorted((k, str(v)) for k, v in value.items()))
+        pairs = []
+        for k, v in value.items():
+            if isinstance(v, (dict, list)):
+                raise UnitError("a mapping of label names to plain values")
+            pairs.append((_one_line(k), _one_line(str(v))))
+        return tuple(sorted(pairs))
     raise UnitError("a mapping of label names to values")
 
 
@@ -136,7 +283,7 @@ def _choice(*options: str) -> Callable[[object], str]:
     def check(value: object) -> str:
         if isinstance(value, str) and value in options:
             return value
-        hint = difflib.get_close_matches(str(value), options, n=1)
+        hint = difflib.get_close_matches(str(value)[:MAX_TEXT], options, n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
         raise UnitError("one of " + ", ".join(options) + extra)
 
@@ -155,37 +302,70 @@ def _vendor(value: object) -> str:
     raise UnitError("a vendor name such as nvidia, amd or metax")
 
 
+def _whole_in(lo: int, hi: int, unit: str) -> Value:
+    return Value(_whole, {"type": "integer", "minimum": lo, "maximum": hi},
+                 f"a whole number from {lo} to {hi}", Range(lo, hi, unit))
+
+
 _VENDOR = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 VENDOR = Value(_vendor, {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]{0,31}$"},
                "a vendor name such as nvidia, amd or metax")
-TEXT = Value(_text, {"anyOf": [{"type": "string", "pattern": r"\S"}, {"type": "number"}]},
-             "a non-empty text")
-WHOLE = Value(_whole, {"type": "integer"}, "a whole number")
-POSITIVE_WHOLE = Value(positive(_whole, "a whole number"), {"type": "integer", "minimum": 1},
-                       "a whole number greater than 0")
-NUMBER = Value(_number, {"type": "number", "minimum": 0}, "a number >= 0")
+_TEXT_SCHEMA: dict[str, Any] = {"anyOf": [
+    {"type": "string", "pattern": r"\S", "maxLength": MAX_TEXT}, {"type": "number"}]}
+TEXT = Value(_text, _TEXT_SCHEMA, "a non-empty text on one line")
+DESCRIPTION = Value(_description, {"anyOf": [
+    {"type": "string", "maxLength": MAX_DESCRIPTION}, {"type": "number"}]},
+    "a text (several lines allowed)")
+IMAGE = Value(_image, {"type": "string", "pattern": r"^\S+$", "maxLength": MAX_IMAGE},
+              "a container image")
+NODE_NAME = Value(_node_name, {"type": "string", "pattern": NODE_NAME_PATTERN},
+                  NODE_NAME_EXPECTED)
+PRIORITY_VALUE = _whole_in(0, MAX_PRIORITY, "priority value")
+GPU_COUNT = _whole_in(1, MAX_GPUS_PER_NODE, "GPUs")
+GPUS_PER_NODE = _whole_in(0, MAX_GPUS_PER_NODE, "GPUs")
+NODE_COUNT = _whole_in(1, MAX_NODES, "nodes")
+SHARDS = Value(positive(_whole, "a whole number"), {"type": "integer", "minimum": 1,
+               "maximum": MAX_SHARDS_PER_GPU}, "a whole number greater than 0",
+               Range(1, MAX_SHARDS_PER_GPU, "shards per GPU"))
+GPU_HOURS = Value(_number, {"type": "number", "minimum": 0, "maximum": MAX_GPU_HOURS},
+                  "GPU-hours", Range(0, MAX_GPU_HOURS, "GPU-hours"))
 BOOL = Value(_bool, {"type": "boolean"}, "true or false")
-NAMES = Value(_names, {"anyOf": [{"type": "string"}, {"type": "array", "items": {
-    "type": ["string", "integer"]}}]}, "a name or a list of names")
+NAMES = Value(_names, {"anyOf": [
+    {"type": "string", "pattern": ONE_LINE_PATTERN, "maxLength": MAX_TEXT},
+    {"type": "array", "items": {"anyOf": [
+        {"type": "string", "pattern": ONE_LINE_PATTERN, "maxLength": MAX_TEXT},
+        {"type": "integer"}]}}]}, "a name or a list of names")
 LABELS = Value(_labels, {"type": "object", "additionalProperties": {
     "type": ["string", "number", "boolean", "null"]}}, "a mapping of label names to values")
 SLUG_VALUE = Value(_slug, {"type": "string", "pattern": SLUG.pattern},
                    "lower-case letters, digits and '-'")
+_MEMORY_RANGE = Range(1, MAX_MEMORY_MIB, "MiB")
 MEMORY = Value(positive(parse_memory_mib, "a memory size"),
-               _quantity(MEMORY_PATTERN, exclusive=True), "a memory size such as 80GiB")
+               _quantity(MEMORY_PATTERN, exclusive=True), "a memory size such as 80GiB",
+               _MEMORY_RANGE)
 CPU = Value(positive(parse_cpu_milli, "a CPU count"), _quantity(CPU_PATTERN, exclusive=True),
-            "a CPU count such as 4, 0.5 or 500m")
-DURATION = Value(parse_duration_s, _quantity(DURATION_PATTERN), "a duration such as 8h or 90s")
+            "a CPU count such as 4, 0.5 or 500m", Range(1, MAX_CPU_CORES * 1000, "CPU cores",
+                                                       1000))
+GRACE = Value(parse_duration_s, _quantity(DURATION_PATTERN), "a duration such as 30s",
+              Range(0, 7 * 86400, "seconds"))
+DURATION = Value(parse_duration_s, _quantity(DURATION_PATTERN), "a duration such as 8h or 90s",
+                 Range(0, YEAR_S, "seconds"))
 POSITIVE_DURATION = Value(positive(parse_duration_s, "a duration"),
-                          _quantity(DURATION_PATTERN, exclusive=True), "a duration such as 8h")
+                          _quantity(DURATION_PATTERN, exclusive=True), "a duration such as 8h",
+                          Range(1, YEAR_S, "seconds"))
+_UNITS_RANGE = Range(0, MAX_GPU_UNITS * UNIT, "GPU units", UNIT)
 FRACTION = Value(positive(parse_fraction_milli, "a fraction"),
-                 _quantity(RATIO_PATTERN, exclusive=True), "a fraction such as 1/4 or 25%")
+                 _quantity(RATIO_PATTERN, exclusive=True), "a fraction such as 1/4 or 25%",
+                 _UNITS_RANGE)
 DEVICE_SHARE = Value(positive(parse_fraction_milli, "a fraction"), {"anyOf": [
     {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-    {"type": "string", "pattern": RATIO_PATTERN}]}, "a fraction of one GPU, at most 1")
-UNITS = Value(parse_units_milli, _quantity(RATIO_PATTERN), "GPU units such as 4, 0.5 or 1/2")
+    {"type": "string", "pattern": RATIO_PATTERN}]}, "a fraction of one GPU, at most 1",
+    _UNITS_RANGE)
+UNITS = Value(parse_units_milli, _quantity(RATIO_PATTERN), "GPU units such as 4, 0.5 or 1/2",
+              _UNITS_RANGE)
 POSITIVE_UNITS = Value(positive(parse_units_milli, "GPU units"),
-                       _quantity(RATIO_PATTERN, exclusive=True), "GPU units greater than 0")
+                       _quantity(RATIO_PATTERN, exclusive=True), "GPU units greater than 0",
+                       _UNITS_RANGE)
 HEADROOM = Value(_headroom, {"anyOf": [{"type": "number", "minimum": 0, "maximum": MAX_HEADROOM},
                                        {"type": "string", "pattern": RATIO_PATTERN}]},
                  "a fraction between 0 and 0.9")
@@ -232,7 +412,8 @@ class Section:
 
 @dataclass(frozen=True)
 class MapOf:
-    """A mapping of names (of pools, teams, ...) to sections of one kind."""
+    """A mapping of names (of pools, teams, ...) to sections of one kind; each name must
+    match :data:`NAME_PATTERN`."""
 
     item: Section
     description: str = ""
@@ -276,13 +457,13 @@ def _k(name: str, shape: Shape, help: str = "", *, required: bool = False,
 GPUS = Section("GPUs of a node", (
     _k("model", TEXT, "GPU model, e.g. H100", required=True),
     _k("memory", MEMORY, "memory of one GPU, e.g. 80GiB", required=True),
-    _k("count", POSITIVE_WHOLE, "how many such GPUs", default=1),
+    _k("count", GPU_COUNT, "how many such GPUs", default=1),
     _k("units", DEVICE_SHARE, "share of a card each device is (MIG: 1/7)", default=1),
     _k("uuids", NAMES, "the real GPU uuids, one per GPU"),
     _k("vendor", VENDOR, "who makes the card: nvidia, amd, metax, ... (shown with the model)"),
 ))
 NODE = Section("A node", (
-    _k("name", TEXT, "node name", required=True),
+    _k("name", NODE_NAME, "node name (its host name)", required=True),
     _k("pool", TEXT, "the pool it belongs to", required=True),
     _k("cpu", CPU, "CPU cores", required=True),
     _k("memory", MEMORY, "RAM", required=True),
@@ -291,14 +472,13 @@ NODE = Section("A node", (
 ))
 SIMULATED = Section("A group of identical simulated nodes", (
     _k("pool", TEXT, "the pool", required=True),
-    _k("nodes", POSITIVE_WHOLE, "how many nodes", default=1),
-    _k("gpus_per_node", Value(_whole, {"type": "integer", "minimum": 0}, "a whole number >= 0"),
-       "GPUs per node", default=8),
+    _k("nodes", NODE_COUNT, "how many nodes", default=1),
+    _k("gpus_per_node", GPUS_PER_NODE, "GPUs per node", default=8),
     _k("model", TEXT, "GPU model", default="Simulated GPU"),
     _k("gpu_memory", MEMORY, "memory of one GPU", default="80GiB"),
     _k("cpu", CPU, "CPU cores per node", default=32),
     _k("memory", MEMORY, "RAM per node", default="256GiB"),
-    _k("name", TEXT, "node name prefix (default sim-<pool>)"),
+    _k("name", NODE_NAME, "node name prefix (default sim-<pool>)"),
     _k("labels", LABELS, "node labels"),
 ))
 INVENTORY = Section("Which machines and GPUs there are", (
@@ -310,20 +490,20 @@ INVENTORY = Section("Which machines and GPUs there are", (
 POOL = Section("A pool of nodes with one sharing mode", (
     _k("mode", MODE, "exclusive, shared, mig or debug", required=True),
     _k("memory_headroom", HEADROOM, "share of each GPU's memory kept free", default="20%"),
-    _k("description", TEXT, "shown to users"),
+    _k("description", DESCRIPTION, "shown to users"),
 ))
 PRIORITY_CLASS = Section("A priority class", (
-    _k("value", WHOLE, "higher wins", required=True),
+    _k("value", PRIORITY_VALUE, "higher wins", required=True),
     _k("preemptible", BOOL, "may be stopped for higher-priority work", default=False),
-    _k("grace_period", DURATION, "time between the stop signal and the kill", default="30s"),
+    _k("grace_period", GRACE, "time between the stop signal and the kill", default="30s"),
     _k("checkpoint_required_after", DURATION,
        "longer preemptible jobs must declare checkpointing"),
-    _k("description", TEXT, "shown to users"),
+    _k("description", DESCRIPTION, "shown to users"),
 ))
 QUOTA = Section("A team's quota in one pool, in GPU units", (
     _k("guaranteed", UNITS, "never taken away from the team", required=True),
     _k("borrow_limit", UNITS, "how far above the guarantee it may borrow", default=0),
-    _k("gpu_hours_per_month", NUMBER, "budget of GPU-hours per month"),
+    _k("gpu_hours_per_month", GPU_HOURS, "budget of GPU-hours per month"),
     _k("per_user_cap", POSITIVE_UNITS, "most GPU units one member may hold"),
     _k("explicit_requests", BOOL, "members may send explicit GPU asks (no profile) here",
        default=False),
@@ -333,27 +513,27 @@ TEAM = Section("A team: JupyterHub groups that share quotas", (
     _k("admins", NAMES, "users who see the team's usage"),
     _k("quotas", MapOf(QUOTA), "quota per pool"),
     _k("priorities", NAMES, "priority classes members may use (default: every class)"),
-    _k("description", TEXT, "shown to users"),
+    _k("description", DESCRIPTION, "shown to users"),
 ))
 GPU_ASK = Section("A GPU request", (
-    _k("count", POSITIVE_WHOLE, "whole GPUs (not with the others)"),
+    _k("count", GPU_COUNT, "whole GPUs (not with the others)"),
     _k("fraction", FRACTION, "share of one GPU's memory and compute"),
     _k("memory", MEMORY, "peak GPU memory"),
     _k("compute", DEVICE_SHARE, "share of one GPU's compute"),
 ))
 GPU_SHORTHAND = Value(lambda v: v, {"anyOf": [
-    {"type": "integer", "minimum": 0}, {"enum": ["none"]},
+    {"type": "integer", "minimum": 0, "maximum": MAX_GPUS_PER_NODE}, {"enum": ["none"]},
     {"type": "string", "pattern": RATIO_PATTERN}]},
     "a number of GPUs, a fraction such as 1/4, or none")
 PROFILE = Section("A server profile users pick", (
     _k("slug", SLUG_VALUE, "identifier, e.g. train-1gpu", required=True),
     _k("display_name", TEXT, "shown in the form (default: the slug)"),
-    _k("description", TEXT, "shown in the form"),
+    _k("description", DESCRIPTION, "shown in the form"),
     _k("pool", TEXT, "the pool (required with a GPU)"),
     _k("gpu", Either((GPU_SHORTHAND, GPU_ASK)), "leave out for CPU only"),
     _k("cpu", CPU, "CPU cores", default=1),
     _k("memory", MEMORY, "RAM", default="2GiB"),
-    _k("image", TEXT, "container image (Kubernetes)"),
+    _k("image", IMAGE, "container image (Kubernetes)"),
     _k("priority", TEXT, "its priority class (default: interactive)"),
     _k("priorities", NAMES, "further classes a user may choose for it"),
     _k("max_lifetime", POSITIVE_DURATION, "the server is stopped after this long"),
@@ -361,7 +541,7 @@ PROFILE = Section("A server profile users pick", (
     _k("gpu_models", NAMES, "GPU models it may land on (default: any)"),
 ))
 SLURM = Section("How grants become Slurm requests (batch jobs and servers on Slurm)", (
-    _k("shards_per_gpu", POSITIVE_WHOLE, "GRES shards per GPU: a fraction f of a GPU is asked "
+    _k("shards_per_gpu", SHARDS, "GRES shards per GPU: a fraction f of a GPU is asked "
        "as shard:K with K = f x shards_per_gpu (at least 1); the Slurm export writes the same "
        "count into gres.conf", default=8),
     _k("partition", SLURM_NAME, "the Slurm partition for jobs and servers (default: the "
@@ -387,8 +567,20 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
         {"description": schema["description"]} if "description" in schema else {})}
 
 
+def _bounded(schema: dict[str, Any], hi: int | float) -> dict[str, Any]:
+    """``schema`` with ``maximum: hi`` on its number branches (where none is set)."""
+    out = dict(schema)
+    if out.get("type") in ("number", "integer") and "maximum" not in out:
+        out["maximum"] = hi
+    if "anyOf" in out:
+        out["anyOf"] = [_bounded(option, hi) for option in out["anyOf"]]
+    return out
+
+
 def _shape_schema(shape: Shape) -> dict[str, Any]:
     if isinstance(shape, Value):
+        if shape.range is not None:
+            return _bounded(shape.schema, shape.range.shown_hi)
         return dict(shape.schema)
     if isinstance(shape, Section):
         return _section_schema(shape)
@@ -397,7 +589,7 @@ def _shape_schema(shape: Shape) -> dict[str, Any]:
         if not any(k.required for k in shape.item.keys):
             item = {"anyOf": [item, {"type": "null"}]}  # `name:` alone is an empty entry
         return {"type": "object", "additionalProperties": item,
-                "propertyNames": {"minLength": 1}}
+                "propertyNames": {"pattern": NAME_PATTERN}}
     if isinstance(shape, ListOf):
         return {"type": "array", "items": _section_schema(shape.item)}
     return {"anyOf": [_shape_schema(option) for option in shape.options]}
