@@ -60,16 +60,39 @@ def _check_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print only errors and warnings, not the summary")
 
 
+POLICY_ERRORS = 2
+"""Exit status of ``check-policy`` and ``export`` for a policy file with errors (each
+printed as ``FILE:LINE: field: what``); 1 is left to Python's own failures."""
+
+
+def internal_error(file: str, exc: BaseException) -> int:
+    """A checker's own failure on ``file``: one line that names it, no traceback."""
+    from .policy.issues import one_line
+    from .policy.yamlread import shorten
+
+    print(one_line(f"{file}:1: internal error while reading the policy "
+                   f"({type(exc).__name__}: {shorten(str(exc), 200)}); please report it"),
+          file=sys.stderr)
+    return POLICY_ERRORS
+
+
+def print_issues(file: str, issues: Sequence[object], count: int) -> int:
+    """``FILE: N errors`` and one indented line per issue, on stderr."""
+    print(f"{file}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
+    for issue in issues:
+        print(f"  {issue}", file=sys.stderr)
+    return POLICY_ERRORS
+
+
 def _check_policy(args: argparse.Namespace) -> int:
     from .policy import check_policy_file, summarize
 
-    check = check_policy_file(args.file)
+    try:
+        check = check_policy_file(args.file)
+    except Exception as exc:  # never a traceback for a file, whatever it holds
+        return internal_error(args.file, exc)
     if check.policy is None:
-        count = len(check.errors)
-        print(f"{args.file}: {count} error{'s' if count != 1 else ''}", file=sys.stderr)
-        for issue in check.issues:
-            print(f"  {issue}", file=sys.stderr)
-        return 1
+        return print_issues(args.file, check.issues, len(check.errors))
     if not args.quiet:
         print(f"Policy {args.file}: OK")
         print()

@@ -36,19 +36,19 @@ def test_check_policy_prints_summary_and_exits_0(capsys: pytest.CaptureFixture[s
     assert "Profiles per team" in out
 
 
-def test_check_policy_prints_every_error_and_exits_1(
+def test_check_policy_prints_every_error_and_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(BAD)
-    assert cli.main(["check-policy", str(bad)]) == 1
+    assert cli.main(["check-policy", str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:7: inventory.nodes[0].pool: unknown pool 'trian'" in err
     assert f"{bad}:10: profiles[0].gpu" in err
 
 
 def test_check_policy_missing_file(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["check-policy", "/nonexistent/policy.yaml"]) == 1
+    assert cli.main(["check-policy", "/nonexistent/policy.yaml"]) == 2
     assert "cannot read the file" in capsys.readouterr().err
 
 
@@ -102,7 +102,7 @@ def test_console_script_as_a_real_process(tmp_path: Path) -> None:
     bad.write_text(BAD)
     result = subprocess.run([script, "check-policy", str(bad)], capture_output=True, text=True,
                             timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "unknown pool 'trian'" in result.stderr
 
 
@@ -124,7 +124,7 @@ def test_check_policy_reports_a_typo_and_an_unknown_team_in_one_run(
     text = text.replace("    teams: [vision, nlp]\n", "    teams: [vision, nlpp]\n", 1)
     path = tmp_path / "p.yaml"
     path.write_text(text)
-    assert cli.main(["check-policy", str(path)]) == 1
+    assert cli.main(["check-policy", str(path)]) == 2
     err = capsys.readouterr().err
     assert "pools.interactive.memory_headrom: unknown key (did you mean 'memory_headroom'?)" in err
     assert "teams[1]: unknown team 'nlpp'" in err and "did you mean 'nlp'?" in err

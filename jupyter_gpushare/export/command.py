@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli import Command, register
+from ..cli import Command, internal_error, print_issues, register
 
 TARGET_MODULES = {
     "kueue": "jupyter_gpushare.export.kueue",
@@ -73,8 +73,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(args.policy)
     except PolicyError as exc:
-        print(f"{args.policy}: {exc}", file=sys.stderr)
-        return 1
+        return print_issues(args.policy, exc.errors, len(exc.errors))
+    except Exception as exc:  # never a traceback for a file, whatever it holds
+        return internal_error(args.policy, exc)
     text = target.render(policy, args)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as out:

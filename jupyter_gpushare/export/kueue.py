@@ -45,6 +45,7 @@ from ..backends.kube_names import (
     priority_class_name,
 )
 from ..core.model import UNIT, Node, Policy, SharingMode
+from ..policy.issues import one_line
 from .command import Exporter, exporter
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -314,8 +315,9 @@ def render(policy: Policy, opts: KueueOptions | None = None, source: str = "") -
         *[f"# WARNING: {w}" for w in warnings(policy)],
     ]
     docs = [yaml.safe_dump(o, sort_keys=False, default_flow_style=False)
-            for o in kueue_objects(policy, opts)]
-    return "\n".join(head) + "\n---\n" + "---\n".join(docs)
+            for o in kueue_objects(policy, opts)]  # names and texts quoted by the serializer
+    # the comments stay comments whatever a name or the file's path holds
+    return "\n".join(one_line(line) for line in head) + "\n---\n" + "---\n".join(docs)
 
 
 def _pairs(items: list[str] | None) -> dict[str, str]:

@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.model import UNIT, Policy, Pool, PoolQuota, SharingMode, Team
+from ..policy.issues import one_line
+from ..policy.yamlread import show
 from .command import Exporter, exporter
 
 DEFAULT_SHARDS_PER_GPU = 8
@@ -88,6 +91,24 @@ def slurm_name(name: str) -> str:
     names in lower case; characters other than letters, digits, ``-`` and ``_`` become
     ``_``)."""
     return re.sub(r"[^a-z0-9_-]", "_", name.lower())
+
+
+_CONF_VALUE = re.compile(r"^[A-Za-z0-9._,:/@%+\[\]-]+$")
+
+
+def conf_value(value: str, what: str) -> str:
+    """``value`` as a slurm.conf / gres.conf value: one word of safe characters, or
+    ValueError (a name the policy check let through is refused here, never written)."""
+    if not _CONF_VALUE.match(value):
+        raise ValueError(f"{what} {show(value)} cannot be written into slurm.conf (expected "
+                         "letters, digits and . _ , : / @ % + [ ] -)")
+    return value
+
+
+def sh(*words: str) -> str:
+    """One shell command line: every word quoted (``shlex.quote``), so that no name can add
+    a word, a command or a line to the script."""
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def partition_name(pool: str) -> str:
@@ -147,7 +168,8 @@ class SlurmExport:
                     *self.sacctmgr]
         if fmt == "sacctmgr":
             out.insert(0, "#!/bin/sh")
-        return "\n".join(out) + "\n"
+        # every line stays one line whatever a name holds (comments included)
+        return "\n".join(one_line(line) for line in out) + "\n"
 
 
 def _shards(milli: int, shards_per_gpu: int) -> int:
@@ -326,7 +348,8 @@ class _Builder:
                     f"cpu {node.cpu_milli / 1000:g}, memory {node.memory_mib} MiB"
                 )
                 conf.append(
-                    f"NodeName={node.name} CPUs={max(1, node.cpu_milli // 1000)} "
+                    f"NodeName={conf_value(node.name, 'node')} "
+                    f"CPUs={max(1, node.cpu_milli // 1000)} "
                     f"RealMemory={node.memory_mib} Gres=gpu:{gpus},shard:{gpus * self.shards} "
                     f"Feature={partition_name(pool.name)} State=UNKNOWN"
                 )
@@ -343,7 +366,7 @@ class _Builder:
                 else ""
             conf.append(
                 f"PartitionName={partition_name(pool.name)} "
-                f"Nodes={_ranges([n.name for n in nodes])} "
+                f"Nodes={_ranges([conf_value(n.name, 'node') for n in nodes])} "
                 f"AllowAccounts={','.join(accounts) or 'NONE'}{default} MaxTime=INFINITE "
                 "State=UP"
             )
@@ -355,7 +378,8 @@ class _Builder:
                         "servers go (every node; the broker picks the node, --nodelist), "
                         "for the teams' own accounts")
             conf.append(
-                f"PartitionName={part} Nodes={_ranges([n.name for n in policy.nodes])} "
+                f"PartitionName={conf_value(part, 'partition')} "
+                f"Nodes={_ranges([conf_value(n.name, 'node') for n in policy.nodes])} "
                 f"AllowAccounts={','.join(team_account(t.name) for t in teams) or 'NONE'} "
                 "Default=YES MaxTime=INFINITE State=UP"
             )
@@ -368,12 +392,15 @@ class _Builder:
                     continue
                 gres.append(f"# node {node.name} (pool {pool.name}): {len(node.gpus)} GPU(s), "
                             f"each {self.shards} shards")
+                name = conf_value(node.name, "node")
                 for gpu in node.gpus:
-                    path = self.device.format(node=node.name, index=gpu.index)
-                    gres.append(f"NodeName={node.name} Name=gpu File={path}")
+                    path = conf_value(self.device.format(node=node.name, index=gpu.index),
+                                      "device")
+                    gres.append(f"NodeName={name} Name=gpu File={path}")
                 for gpu in node.gpus:
-                    path = self.device.format(node=node.name, index=gpu.index)
-                    gres.append(f"NodeName={node.name} Name=shard Count={self.shards} "
+                    path = conf_value(self.device.format(node=node.name, index=gpu.index),
+                                      "device")
+                    gres.append(f"NodeName={name} Name=shard Count={self.shards} "
                                 f"File={path}")
 
     def qos(self) -> None:
@@ -381,7 +408,7 @@ class _Builder:
         cmds.append("# ---- QOS: one per priority class (priority_classes.*); all are added "
                     "first, as one may name another in Preempt")
         for cls in self.policy.priority_classes:
-            cmds.append(f"sacctmgr -i add qos {qos_name(cls.name)}")
+            cmds.append(sh("sacctmgr", "-i", "add", "qos", qos_name(cls.name)))
         for cls in self.policy.priority_classes:
             victims = [c for c in self.policy.priority_classes
                        if c.preemptible and c.value < cls.value]
@@ -394,30 +421,31 @@ class _Builder:
                         + (" -> requeue" if cls.preemptible else " -> the cluster's"))
             others = [qos_name(c.name) for c in self.policy.priority_classes if c is not cls]
             if victims:
-                preempt = "Preempt=" + ",".join(qos_name(c.name) for c in victims) + " "
+                preempt = ["Preempt=" + ",".join(qos_name(c.name) for c in victims)]
             elif others:
                 # preempts nobody: remove the others (Slurm 22.05's Preempt='' leaves a QOS
                 # that makes every later Preempt= naming it fail with "loop detected")
-                preempt = "Preempt-=" + ",".join(others) + " "
+                preempt = ["Preempt-=" + ",".join(others)]
             else:
-                preempt = ""
+                preempt = []
             mode = "requeue" if cls.preemptible else "cluster"
-            cmds.append(
-                f"sacctmgr -i modify qos where name={name} set Priority={cls.value} "
-                f"{preempt}PreemptMode={mode} GraceTime={cls.grace_period_s}"
-            )
+            cmds.append(sh("sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                           f"Priority={cls.value}", *preempt, f"PreemptMode={mode}",
+                           f"GraceTime={cls.grace_period_s}"))
 
     def accounts(self) -> None:
         policy = self.policy
         cmds = self.out.sacctmgr
         cmds += ["", f"# ---- accounts: the cohort {COHORT_ACCOUNT}, a team account per team "
                  "(teams.*), one per quota (teams.*.quotas.*)"]
-        cmds.append(f"sacctmgr -i add account {COHORT_ACCOUNT} "
-                    "Description=jupyter-gpushare Organization=jupyter-gpushare")
+        cmds.append(sh("sacctmgr", "-i", "add", "account", COHORT_ACCOUNT,
+                       "Description=jupyter-gpushare", "Organization=jupyter-gpushare"))
         for team in policy.teams:
             qos = self.team_qos(team)
-            qos_text = ",".join(qos) if qos else "''"
+            qos_words = [f"QOS={','.join(qos)}"]
             default = self.default_qos(team)
+            if default:
+                qos_words.append(f"DefaultQOS={default}")
             source = ("teams." + team.name + ".priorities") if team.priorities is not None \
                 else "every class (teams." + team.name + ".priorities not set)"
             account = team_account(team.name)
@@ -430,25 +458,23 @@ class _Builder:
                         f"account {account} itself (a backend passing the team as --account)")
             cmds.append(f"# GrpTRESMins: sum of teams.{team.name}.quotas.*.gpu_hours_per_month"
                         " x 60, only for a TRES every pool of the team budgets (else -1)")
-            cmds.append(f"sacctmgr -i add account {account} parent={COHORT_ACCOUNT} "
-                        f"Description=team-{account}")
-            cmds.append(f"sacctmgr -i modify account where name={account} set "
-                        f"QOS={qos_text}" + (f" DefaultQOS={default}" if default else "")
-                        + f" GrpTRES={_tres(total, ('gres/gpu', 'gres/shard'))}"
-                        + f" GrpTRESMins={_tres(total_mins, ('gres/gpu', 'gres/shard'))}")
+            cmds.append(sh("sacctmgr", "-i", "add", "account", account,
+                           f"parent={COHORT_ACCOUNT}", f"Description=team-{account}"))
+            cmds.append(sh("sacctmgr", "-i", "modify", "account", "where", f"name={account}",
+                           "set", *qos_words,
+                           f"GrpTRES={_tres(total, ('gres/gpu', 'gres/shard'))}",
+                           f"GrpTRESMins={_tres(total_mins, ('gres/gpu', 'gres/shard'))}"))
             for pool, limit in limits:
                 sub = account_name(team.name, pool.name)
                 cmds.append(f"# {team.name} in pool {pool.name}")
                 cmds += list(limit.notes)
-                cmds.append(f"sacctmgr -i add account {sub} parent={account} "
-                            f"Description=team-{account}-pool-{partition_name(pool.name)}")
+                cmds.append(sh("sacctmgr", "-i", "add", "account", sub, f"parent={account}",
+                               f"Description=team-{account}-pool-{partition_name(pool.name)}"))
                 mins = (_tres(limit.tres_mins, ("gres/gpu", "gres/shard")))
-                cmds.append(
-                    f"sacctmgr -i modify account where name={sub} set QOS={qos_text}"
-                    + (f" DefaultQOS={default}" if default else "")
-                    + f" GrpTRES={_tres(limit.tres, ('gres/gpu', 'gres/shard'))}"
-                    + f" GrpTRESMins={mins}"
-                )
+                cmds.append(sh("sacctmgr", "-i", "modify", "account", "where", f"name={sub}",
+                               "set", *qos_words,
+                               f"GrpTRES={_tres(limit.tres, ('gres/gpu', 'gres/shard'))}",
+                               f"GrpTRESMins={mins}"))
 
     def default_qos(self, team: Team) -> str | None:
         """The team's default QOS: the lowest class it may use (a job that names none runs
@@ -471,8 +497,8 @@ class _Builder:
             for user in team.admins:
                 named = True
                 cmds.append(f"# {user}: teams.{team.name}.admins")
-                cmds.append(f"sacctmgr -i add user {slurm_name(user)} "
-                            f"account={','.join(accounts)} DefaultAccount={accounts[0]}")
+                cmds.append(sh("sacctmgr", "-i", "add", "user", slurm_name(user),
+                               f"account={','.join(accounts)}", f"DefaultAccount={accounts[0]}"))
                 for pool, quota in quotas:
                     cap = quota.per_user_cap_milli
                     sub = account_name(team.name, pool.name)
@@ -491,8 +517,9 @@ class _Builder:
                                      ("gres/gpu", "gres/shard"))
                         cmds.append(f"# per_user_cap: teams.{team.name}.quotas.{pool.name}"
                                     f".per_user_cap ({_units(cap)}) whole GPUs")
-                    cmds.append(f"sacctmgr -i modify user where name={slurm_name(user)} "
-                                f"account={sub} set GrpTRES={tres}")
+                    cmds.append(sh("sacctmgr", "-i", "modify", "user", "where",
+                                   f"name={slurm_name(user)}", f"account={sub}", "set",
+                                   f"GrpTRES={tres}"))
         if not named:
             cmds.append("# (the policy names no users)")
 
@@ -530,7 +557,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _render(policy: Any, args: argparse.Namespace) -> str:
-    export = export_slurm(policy, shards_per_gpu=args.shards_per_gpu, device=args.gpu_device)
+    try:
+        export = export_slurm(policy, shards_per_gpu=args.shards_per_gpu,
+                              device=args.gpu_device)
+    except ValueError as exc:  # a value Slurm's files cannot hold: say why, no traceback
+        raise SystemExit(f"jupyter-gpushare export slurm: {exc}") from None
     return export.render(args.format)
 
 

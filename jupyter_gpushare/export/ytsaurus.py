@@ -21,13 +21,27 @@ YTsaurus pool equivalent here and are listed as comments.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.model import UNIT, Policy, SharingMode
+from ..policy.issues import one_line
+from ..policy.yamlread import show
 from .command import Exporter, exporter
+
+POOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+"""What YTsaurus accepts as a pool name (its CheckPoolName)."""
+
+
+def yt_pool_name(name: str) -> str:
+    """``name`` if YTsaurus accepts it as a pool name, else ValueError."""
+    if not POOL_NAME.match(name):
+        raise ValueError(f"{show(name)} is not a YTsaurus pool name (expected 1 to 100 "
+                         "letters, digits, '-' or '_')")
+    return name
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,7 @@ def export_ytsaurus(policy: Policy, *, parent: str = "gpushare",
     chosen = exported_pools(policy, pools)
     capacity = whole_gpus_in(policy, chosen)
     mapping = dict(team_pools or {})
-    out = [YtPool(parent, "", capacity, capacity,
+    out = [YtPool(yt_pool_name(parent), "", capacity, capacity,
                   note=f"whole GPUs of {', '.join(chosen) or 'no pool'}")]
     for team in policy.teams:
         guaranteed = borrow = 0
@@ -85,7 +99,8 @@ def export_ytsaurus(policy: Policy, *, parent: str = "gpushare",
         note = "" if whole * UNIT == guaranteed else (
             f"guarantee {guaranteed / UNIT:g} GPU rounded down to {whole}")
         limit = min(capacity, (guaranteed + borrow) // UNIT)
-        out.append(YtPool(mapping.get(team.name) or team.name, parent, whole, max(whole, limit),
+        out.append(YtPool(yt_pool_name(mapping.get(team.name) or team.name), parent, whole,
+                          max(whole, limit),
                           team=team.name, note=note))
     return out
 
@@ -136,7 +151,8 @@ def render(policy: Policy, pools: list[YtPool], tree: str,
     if budgets:
         lines.append("# not exported (no YTsaurus pool equivalent; the broker enforces them):")
         lines += [f"#   team {t} pool {p}: {h:g} GPU-hours a month" for t, p, h in budgets]
-    return "\n".join(lines) + "\n"
+    # commands quote every word (shlex.quote, YSON); comments stay one line each
+    return "\n".join(one_line(line) for line in lines) + "\n"
 
 
 def _pairs(values: list[str] | None) -> dict[str, str]:

@@ -13,7 +13,7 @@ from .issues import Collector, PolicyCheck, PolicyError, PolicyIssue
 from .profiles import Pools, parse_profiles
 from .schema import POLICY
 from .sections import declared, parse_pools, parse_priorities, parse_slurm, parse_teams
-from .yamlread import read_root
+from .yamlread import MAX_CHARS, read_root
 
 log = logging.getLogger("jupyter_gpushare.policy")
 
@@ -79,12 +79,25 @@ def parse_policy(text: str, filename: str = "<string>", discover: Discover | Non
 
 
 def read_policy_text(path: str | Path) -> str:
-    """The file's text; an unreadable file raises :class:`PolicyError` naming it."""
+    """The file's text; an unreadable file raises :class:`PolicyError` naming it (and the
+    line, for a file that is not UTF-8); at most :data:`~.yamlread.MAX_CHARS` bytes are
+    read, a longer file is an error."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CHARS + 1)
+    except OSError as exc:
         raise PolicyError([PolicyIssue(str(path), 0, "", f"cannot read the file: {exc}")]
                           ) from exc
+    if len(data) > MAX_CHARS:
+        raise PolicyError([PolicyIssue(str(path), 1, "", f"the file is longer than "
+                                       f"{MAX_CHARS:,} bytes (at most that is read)")])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PolicyError([PolicyIssue(str(path), line, "", "cannot read the file: it is not "
+                                       f"UTF-8 text (byte {exc.start + 1}: {exc.reason})")]
+                          ) from None
 
 
 def check_policy_file(path: str | Path, discover: Discover | None = None) -> PolicyCheck:
