@@ -102,13 +102,13 @@ class JobManager(JobOutcomes):
         self.backend.close()
 
     async def _loop(self) -> None:
-        next_sweep = 0.0
+        last_retention = float("-inf")
         while not self._stopping:
             try:
                 await self.tick()
                 now = self.broker.clock()
-                if now >= next_sweep:
-                    next_sweep = now + max(1.0, self.retention_interval_s)
+                if now - last_retention >= max(1.0, self.retention_interval_s):
+                    last_retention = now
                     await self._call(self.retention, now)
             except Exception:
                 log.exception("job loop failed")

@@ -227,10 +227,12 @@ class JobStore:
         return sum(1 for j in self.live.values() if j.user == user)
 
     def prune(self, user: str, keep: int) -> list[str]:
-        """Delete the oldest finished jobs of ``user`` beyond ``keep``; return their ids."""
+        """Delete the oldest finished jobs of ``user`` beyond ``keep`` finished ones (queued
+        and running jobs are neither counted nor touched); return their ids."""
         with self.engine.begin() as conn:
             total = conn.execute(
-                select(func.count()).select_from(jobs_table).where(jobs_table.c.username == user)
+                select(func.count()).select_from(jobs_table)
+                .where(jobs_table.c.username == user, _finished())
             ).scalar_one()
             if total <= keep:
                 return []
@@ -252,6 +254,7 @@ class JobStore:
             users = [
                 r.username for r in conn.execute(
                     select(jobs_table.c.username)
+                    .where(_finished())
                     .group_by(jobs_table.c.username)
                     .having(func.count() > keep)
                 )
