@@ -26,8 +26,11 @@ PARTIAL_LABELS = {
 
 def csv_text(value: str) -> str:
     """A text cell of the CSV: one that a spreadsheet would run as a formula gets a
-    leading ``'`` (team names and reasons come from users and admins)."""
-    return "'" + value if value.startswith(CSV_FORMULA_START) else value
+    leading ``'`` (team names and reasons come from users and admins); line breaks are
+    written as LF (inside quotes)."""
+    text = "'" + value if value.startswith(CSV_FORMULA_START) else value
+    # a bare CR is no line end to the writer (it would not quote it): make it one it quotes
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def md_text(value: Any) -> str:
