@@ -382,6 +382,19 @@ def options_from_form(formdata: Mapping[str, list[str]]) -> dict[str, Any]:
     return out
 
 
+SHOWN_CHARS = 64
+"""Characters of a user-supplied value that a message or a log line quotes."""
+
+
+def clip(value: object, limit: int = SHOWN_CHARS) -> str:
+    """A user-supplied value as messages and logs quote it: its first ``limit`` characters
+    and "… (N characters)" when longer, so a 1 MB option is never echoed whole."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def validate_options(
     options: Mapping[str, Any] | None,
     allowed: Sequence[str],
@@ -393,10 +406,10 @@ def validate_options(
     ``known``: every slug of the policy (to tell "not allowed" from "no such profile").
     """
     options = dict(options or {})
-    extra = sorted(set(options) - ALLOWED_KEYS)
+    extra = sorted(str(k) for k in set(options) - ALLOWED_KEYS)
     if extra:
         raise OptionsError(
-            f"option(s) not offered: {', '.join(extra)}; the only option is 'profile' "
+            f"option(s) not offered: {clip(', '.join(extra))}; the only option is 'profile' "
             f"(one of: {', '.join(allowed) or 'none'})",
             400,
         )
@@ -413,4 +426,5 @@ def validate_options(
         raise OptionsError(
             f"profile {slug!r} is not allowed for your teams; allowed: {', '.join(allowed)}", 403
         )
-    raise OptionsError(f"no such profile {slug!r}; allowed: {', '.join(allowed)}", 400)
+    raise OptionsError(f"no such profile {clip(repr(slug))}; allowed: {', '.join(allowed)}",
+                       400)

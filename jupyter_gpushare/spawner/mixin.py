@@ -32,8 +32,13 @@ from traitlets import Float, Unicode, default
 
 from jupyter_gpushare.broker.client import BrokerClient, BrokerError, GrantInfo, RequestAnswer
 from jupyter_gpushare.core.model import Profile
+from jupyter_gpushare.spawner import form as formlib
 from jupyter_gpushare.spawner.errors import spawn_error
 from jupyter_gpushare.spawner.profile_choice import ProfileChoiceMixin
+
+REASON_CHARS = 400
+"""Characters of a broker's reason that a spawn error or progress message (and so the hub's
+log) quotes; the rest is cut ("… (N characters)"): a reason may echo what a user sent."""
 
 __all__ = ["GPUShareSpawner", "GPUShareSpawnerMixin", "spawn_error"]
 
@@ -251,7 +256,7 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
                 else ""
             )
             msg = f"Queued for {label}: {pos}{wait}" + (
-                f" ({answer.reason})" if answer.reason else ""
+                f" ({formlib.clip(answer.reason, REASON_CHARS)})" if answer.reason else ""
             )
         self._event(10, msg, gpushare=data)
 
@@ -301,7 +306,8 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
         except BrokerError as exc:
             status = exc.status if 400 <= exc.status < 500 else 503
             raise spawn_error(
-                f"The GPU broker could not take the request for {label}: {exc.reason}",
+                f"The GPU broker could not take the request for {label}: "
+                f"{formlib.clip(exc.reason, REASON_CHARS)}",
                 reason="gpushare-broker",
                 status_code=status,
             ) from None
@@ -315,7 +321,8 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
         except BrokerError as exc:
             await self._cancel_request(answer.request_id)
             raise spawn_error(
-                f"Lost contact with the GPU broker while waiting for {label}: {exc.reason}",
+                f"Lost contact with the GPU broker while waiting for {label}: "
+                f"{formlib.clip(exc.reason, REASON_CHARS)}",
                 reason="gpushare-broker",
                 status_code=503,
             ) from None
@@ -323,7 +330,8 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
             code = (answer.code or "").lower()
             status = 403 if code in ("forbidden", "not_allowed", "not-allowed") else 409
             raise spawn_error(
-                f"Cannot start {label}: {answer.reason or 'refused by the GPU broker'}",
+                f"Cannot start {label}: "
+                f"{formlib.clip(answer.reason or 'refused by the GPU broker', REASON_CHARS)}",
                 reason=f"gpushare-{code or 'refused'}",
                 status_code=status,
             )
@@ -336,7 +344,8 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
             slug = self.resolve_profile()
             policy = self.gpushare_policy()
             profile = policy.profile(slug) if policy else None
-            label = f"profile '{profile.display_name if profile else slug}'"
+            # the slug is the user's when no policy checked it: never logged whole
+            label = f"profile '{profile.display_name if profile else formlib.clip(slug)}'"
             self.gpushare_profile = slug
             self.gpushare_last_stop = None
             if profile is not None and profile.gpu.is_empty:

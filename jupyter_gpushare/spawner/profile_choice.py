@@ -12,7 +12,10 @@ SpawnException that names it), and the CPU and memory of the profile chosen
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from jupyterhub.spawner import Spawner
@@ -33,7 +36,20 @@ else:
     # stop and poll; a configurable, so its traits and defaults join GPUShareSpawner's
     _SpawnerPart = LoggingConfigurable
 
-_POLICY_CACHE: dict[str, tuple[float, Policy]] = {}
+@dataclass
+class _PolicyRead:
+    """What the hub last read from one policy file."""
+
+    stamp: tuple[int, int] | None  # (mtime_ns, size) of the file when read
+    policy: Policy | None  # the last good policy (None: never a good one)
+    loaded_at: float = 0.0
+    failing: bool = False  # the file had errors when last read
+
+
+_POLICY_CACHE: dict[str, _PolicyRead] = {}
+_SHOWN_ERRORS = 20  # lines of a bad file's errors in the hub's log
+
+log = logging.getLogger("jupyter_gpushare.spawner")
 
 _LAST_CHOICE: dict[str, str] = {}
 """user name -> the profile last picked in the form. JupyterHub renders the form again
@@ -41,16 +57,57 @@ after a refusal with the user's *default* spawner (named servers included), so t
 lives here, not on one spawner. One short string per hub user: bounded by the users."""
 
 
-def load_policy_cached(path: str) -> Policy:
-    """Load the policy file, again only when it changed on disk."""
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _problems(exc: Exception) -> list[str]:
+    """The errors of a policy that failed to load, one ``FILE:LINE`` line each."""
+    from jupyter_gpushare.policy import PolicyError
+    from jupyter_gpushare.policy.issues import one_line
+    from jupyter_gpushare.policy.yamlread import shorten
+
+    if isinstance(exc, PolicyError):
+        lines = [str(issue) for issue in exc.errors]
+    else:  # the loader's own failure: still one line, no traceback
+        lines = [one_line(f"{type(exc).__name__}: {shorten(str(exc), 200)}")]
+    if len(lines) > _SHOWN_ERRORS:
+        lines = [*lines[:_SHOWN_ERRORS], f"... and {len(lines) - _SHOWN_ERRORS} more"]
+    return lines
+
+
+def load_policy_cached(path: str, logger: logging.Logger | logging.LoggerAdapter[Any] = log
+                       ) -> Policy | None:
+    """The policy of ``path``, read again only when the file changed (time or size).
+
+    Like the broker, the hub keeps the last good policy when the file turns bad (errors,
+    unreadable, gone): it logs one warning with every ``FILE:LINE`` error when it notices
+    the change, not on each page view, and goes on with the last good policy. ``None``
+    when the file has never been good here (the form then shows the broker's profiles).
+    """
     from jupyter_gpushare.policy import load_policy
 
-    mtime = os.stat(path).st_mtime
+    stamp = _stamp(path)
     hit = _POLICY_CACHE.get(path)
-    if hit and hit[0] == mtime:
-        return hit[1]
-    policy = load_policy(path)
-    _POLICY_CACHE[path] = (mtime, policy)
+    if hit is not None and hit.stamp == stamp:
+        return hit.policy
+    try:
+        policy = load_policy(path)
+    except Exception as exc:  # PolicyError, or the loader's own failure
+        kept = hit.policy if hit is not None else None
+        _POLICY_CACHE[path] = _PolicyRead(stamp, kept, hit.loaded_at if hit else 0.0, True)
+        what = ("the last good policy stays in force" if kept is not None else
+                "no good policy was read yet: the form lists the broker's profiles")
+        logger.warning("gpushare: the policy file %s has errors; %s:\n  %s", path, what,
+                       "\n  ".join(_problems(exc)))
+        return kept
+    if hit is not None and hit.failing:
+        logger.warning("gpushare: the policy file %s is good again and in force", path)
+    _POLICY_CACHE[path] = _PolicyRead(stamp, policy, time.time())
     return policy
 
 
@@ -93,9 +150,11 @@ class ProfileChoiceMixin(_SpawnerPart):
         return sorted(g.name for g in getattr(self.user, "groups", []) or [])
 
     def gpushare_policy(self) -> Policy | None:
+        """The policy of ``policy_file``: the last good one when the file has turned bad
+        (see :func:`load_policy_cached`); ``None`` without a file or a good read."""
         if not self.policy_file:
             return None
-        return load_policy_cached(self.policy_file)
+        return load_policy_cached(self.policy_file, self.log)
 
     async def allowed_choices(self) -> list[formlib.ProfileChoice]:
         """Profiles the user may pick, with availability when the broker answers in time."""
@@ -176,9 +235,10 @@ class ProfileChoiceMixin(_SpawnerPart):
         if policy is None:
             # nothing to check against here: only the option names; the broker decides
             try:
-                extra = sorted(set(options or {}) - formlib.ALLOWED_KEYS)
+                extra = sorted(str(k) for k in set(options or {}) - formlib.ALLOWED_KEYS)
                 if extra:
-                    raise formlib.OptionsError(f"option(s) not offered: {', '.join(extra)}")
+                    raise formlib.OptionsError(
+                        f"option(s) not offered: {formlib.clip(', '.join(extra))}")
                 slug = (options or {}).get("profile")
                 if not isinstance(slug, str) or not slug:
                     raise formlib.OptionsError("choose a profile (option 'profile')")
