@@ -47,6 +47,7 @@ from .pages import page_routes
 from .preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .reconcile import HolderChecker, HubHolderChecker, reconcile
 from .reload import PolicyReloader
+from .retention import RequestRetention
 from .service import Broker
 from .supervisor import alive
 
@@ -446,7 +447,10 @@ class BrokerApp(Application):
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
         self._write_pid_file()
+        self._tell_supervisor_ready()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.retention = RequestRetention(self.broker)  # old request rows (broker/retention.py)
+        self._tasks.add(asyncio.ensure_future(self.retention.run()))
         self.culler.start()
         self.gc_pacer = CollectorPacer(self.gc_pace_interval_s)
         self.gc_pacer.start()
@@ -474,6 +478,18 @@ class BrokerApp(Application):
                 took_over = True
                 self._stop_stale_broker()
             await asyncio.sleep(0.2)
+
+    @staticmethod
+    def _tell_supervisor_ready() -> None:
+        """One byte on the supervisor's ready pipe (``$GPUSHARE_READY_FD``): this broker
+        serves, so the supervisor replaces it at once should it die (broker/supervisor.py)."""
+        fd = os.environ.pop("GPUSHARE_READY_FD", "")
+        if not fd.isdigit():
+            return
+        with contextlib.suppress(OSError):
+            os.write(int(fd), b"r")
+        with contextlib.suppress(OSError):
+            os.close(int(fd))
 
     def _read_pid_file(self) -> dict[str, Any]:
         if not self.pid_file:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tornado import web
@@ -24,10 +25,21 @@ from .fields import BadField, Fields, json_object
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
 from .preempt import NoticeHub
+from .ratelimit import TokenBuckets
 from .reconcile import HolderChecker
 from .service import Broker, BrokerError
 
 OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
+MAX_LOGGED_URI = 200  # characters of a request's URI quoted in a log line
+MAX_ERROR_MESSAGE = 1000  # characters of an error message sent back (a last guard)
+
+
+def bounded_message(message: str) -> str:
+    """An error message cut to :data:`MAX_ERROR_MESSAGE` characters: whatever a handler
+    quoted into it, an error body never carries a client's value whole."""
+    if len(message) <= MAX_ERROR_MESSAGE:
+        return message
+    return message[:MAX_ERROR_MESSAGE] + f"… ({len(message)} characters)"
 
 
 @dataclass
@@ -42,6 +54,16 @@ class Context:
     jobs: Any = None  # the JobManager (batch jobs), when enabled
     login: BrowserLogin | None = None  # the hub's OAuth login for browsers (None: tokens only)
     reloader: Any = None  # the PolicyReloader (None: the policy was not read from a file)
+    streams_by_owner: Counter[str] = field(default_factory=Counter)  # open notice streams
+    request_buckets: TokenBuckets = field(init=False)  # POST /requests per user
+
+    def __post_init__(self) -> None:
+        limits = self.broker.limits
+        self.request_buckets = TokenBuckets(
+            lambda: float(limits.requests_per_minute_per_user),
+            lambda: int(limits.request_burst_per_user),
+            self.broker.clock,
+        )
 
 
 def json_body(handler: web.RequestHandler) -> dict[str, Any]:
@@ -70,6 +92,7 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
 
     def prepare(self) -> Awaitable[None] | None:
         TASK_WRITES.set(None)  # this request's own changes only (its task's copy)
+        self._check_path_names()
         if self.public:
             return None
         header = self.request.headers.get("Authorization", "")
@@ -102,12 +125,29 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
             raise BrokerError(403, "this token may not use the gpushare service")
         self.identity = identity
 
+    def _check_path_names(self) -> None:
+        """A name in the URL (a grant, request, job, team or node id) is bounded like one in
+        a body: a longer one is a 400 before any handler can quote it back."""
+        limit = self.ctx.broker.limits.max_name_length
+        for value in self.path_args:
+            if isinstance(value, str) and len(value) > limit:
+                raise BadField(
+                    "path", f"a name in the path has {len(value)} characters, at most {limit}"
+                )
+
+    def _request_summary(self) -> str:
+        """The request as log lines quote it: its URI shortened (never a client's megabyte)."""
+        uri = self.request.uri or ""
+        if len(uri) > MAX_LOGGED_URI:
+            uri = uri[:MAX_LOGGED_URI] + f"… ({len(uri)} characters)"
+        return f"{self.request.method} {uri} ({self.request.remote_ip})"
+
     def _handle_request_exception(self, e: BaseException) -> None:
         if isinstance(e, BrokerError):
             if self._finished:
                 return
             self.set_status(e.status)
-            body: dict[str, Any] = {"error": e.message}
+            body: dict[str, Any] = {"error": bounded_message(e.message)}
             if e.field:
                 body["field"] = e.field
             if e.code:

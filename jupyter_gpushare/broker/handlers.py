@@ -30,6 +30,7 @@ from .fields import BadField, shorten
 from .handler_base import BaseHandler, Context, HealthHandler, OpenAPIHandler
 from .hubclient import HubError
 from .job_handlers import job_routes
+from .ratelimit import retry_after
 from .service import BrokerError, make_request, new_id
 
 
@@ -51,7 +52,8 @@ class RequestsHandler(BaseHandler):
         idem = f.text(body, "idempotency_key")
         broker = self.ctx.broker
         if idem and await self._send_existing(user, idem):
-            return
+            return  # a retry of an answered request: free, it stores nothing
+        self._take_rate_token(user)
         groups = body.get("groups")
         if groups is not None:
             if not ident.act_as:
@@ -106,6 +108,24 @@ class RequestsHandler(BaseHandler):
         req = make_request(broker.policy, request_id=rid, user=user, team=team, body=spec, now=now)
         view = broker.submit(req, idempotency_key=idem)
         await self.answer(view, 409 if view["status"] == "refused" else 201)
+
+    def _take_rate_token(self, user: str) -> None:
+        """At most ``requests_per_minute_per_user`` (after a burst of
+        ``request_burst_per_user``) new requests per user: else 429 with Retry-After,
+        before anything is asked of the hub or stored."""
+        wait = self.ctx.request_buckets.take(user)
+        if wait is None:
+            return
+        limits = self.ctx.broker.limits
+        raise BrokerError(
+            429,
+            f"too many requests for {shorten(user)}: at most "
+            f"{limits.requests_per_minute_per_user:g} a minute after a burst of "
+            f"{limits.request_burst_per_user} (BrokerLimits.requests_per_minute_per_user); "
+            f"retry in {retry_after(wait)} s",
+            headers={"Retry-After": retry_after(wait)},
+            code="requests_per_minute_per_user",
+        )
 
     def _check_rules(
         self, teams: tuple[str, ...], team: str | None, profile: Any, spec: dict[str, Any]
@@ -344,8 +364,39 @@ class NoticeStreamHandler(NoticesHandler):
     async def get(self) -> None:  # type: ignore[override]
         user = self._user_filter()
         grant_id = self.arg("grant_id")
-        if len(self.ctx.notices.subscribers) >= self.ctx.broker.limits.max_notice_subscribers:
+        owner = self._claim_stream()
+        try:
+            await self._stream(user, grant_id)
+        finally:
+            self._release_stream(owner)
+
+    def _claim_stream(self) -> str:
+        """Count this stream against its caller: 429 past ``max_notice_streams_per_user``
+        (so one client cannot hold every slot), 503 past ``max_notice_subscribers``."""
+        limits = self.ctx.broker.limits
+        ident = self.identity
+        owner = f"{ident.kind}:{ident.name}"
+        per_user = limits.max_notice_streams_per_user
+        if per_user > 0 and self.ctx.streams_by_owner[owner] >= per_user:
+            raise BrokerError(
+                429,
+                f"{shorten(ident.name)} already holds {per_user} notice streams, the most "
+                "one user may hold (BrokerLimits.max_notice_streams_per_user); close one",
+                headers={"Retry-After": "15"},
+                code="max_notice_streams_per_user",
+            )
+        if len(self.ctx.notices.subscribers) >= limits.max_notice_subscribers:
             raise BrokerError(503, "too many notice streams open; try again later")
+        self.ctx.streams_by_owner[owner] += 1
+        return owner
+
+    def _release_stream(self, owner: str) -> None:
+        counts = self.ctx.streams_by_owner
+        counts[owner] -= 1
+        if counts[owner] <= 0:
+            del counts[owner]
+
+    async def _stream(self, user: str | None, grant_id: str | None) -> None:
         self.set_header("Content-Type", "text/event-stream")
         queue = self._queue = self.ctx.notices.subscribe()
         try:

@@ -195,6 +195,7 @@ def build_job(
     bad = validate_notebook(notebook, len(text), limits)
     if bad is not None:
         raise _field(bad.field, bad.message, bad.status)
+    assert isinstance(notebook, dict)  # validate_notebook says so
     check_kernel(manager, user, notebook, _notebook_label(body))
     params = body.get("parameters") or {}
     bad = validate_parameters(params, limits)

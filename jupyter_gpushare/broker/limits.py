@@ -59,3 +59,48 @@ class BrokerLimits(Configurable):
     max_notice_subscribers = Integer(
         1000, config=True, help="Open notice streams (SSE) at once; more: 503."
     )
+    max_notice_streams_per_user = Integer(
+        8,
+        config=True,
+        help="Open notice streams (SSE) one user (or service) may hold at once; the next one "
+        "is answered 429 naming this limit, so one client cannot take every slot of "
+        "max_notice_subscribers (0: no limit per user).",
+    )
+    requests_per_minute_per_user = Float(
+        60.0,
+        config=True,
+        help="Sustained rate of POST /requests per user (a token bucket refilled at this "
+        "many per minute); beyond it and the burst, 429 with Retry-After naming this limit. "
+        "A retry with an idempotency key already answered costs nothing (0: no limit).",
+    )
+    request_burst_per_user = Integer(
+        20,
+        config=True,
+        help="POST /requests one user may send at once before requests_per_minute_per_user "
+        "applies (the token bucket's size).",
+    )
+    request_retention_days = Float(
+        400.0,
+        config=True,
+        help="Days a finished request row without a grant (refused, cancelled, CPU-only) is "
+        "kept; older ones are deleted (the monthly report counts refusals from these rows, "
+        "so keep more than the months you report on). Rows with a grant are the ledger's "
+        "and are kept; queued and preempting ones are never deleted (0: forever).",
+    )
+    max_request_rows_per_user = Integer(
+        20000,
+        config=True,
+        help="Finished request rows without a grant kept per user; the oldest beyond it are "
+        "deleted (0: no limit).",
+    )
+    request_prune_interval_s = Float(
+        300.0,
+        config=True,
+        help="Seconds between two passes of the request-row retention (broker/retention.py).",
+    )
+    request_prune_batch = Integer(
+        2000,
+        config=True,
+        help="Most request rows one retention pass deletes (passes repeat until done, each "
+        "short enough not to stall the broker).",
+    )
