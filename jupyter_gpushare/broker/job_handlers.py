@@ -184,19 +184,62 @@ class JobOutputHandler(_JobsBase):
         if f is None:
             raise BrokerError(404, f"job {job_id} has no output notebook yet ({job.state.value})")
         try:
-            self.set_header("Content-Type", "application/x-ipynb+json")
-            self.set_header("Content-Disposition", attachment(job.output_path or f"{job.id}.ipynb"))
-            while True:
-                piece = await loop.run_in_executor(None, f.read, STREAM_CHUNK)
-                if not piece:
-                    break
-                self.write(piece)
-                await self.flush()  # one chunk in memory at a time
+            await self._stream(f, job.output_path or f"{job.id}.ipynb")
         except StreamClosedError:
             return
         finally:
             f.close()
         self.finish()
+
+    async def _stream(self, f: IO[bytes], name: str) -> None:
+        """Send ``f`` (or the one ``Range: bytes=A-B`` asked for) a chunk at a time."""
+        loop = asyncio.get_running_loop()
+        size = await loop.run_in_executor(None, _size_of, f)
+        start, end = _byte_range(self.request.headers.get("Range"), size)
+        self.set_header("Content-Type", "application/x-ipynb+json")
+        self.set_header("Content-Disposition", attachment(name))
+        self.set_header("Accept-Ranges", "bytes")
+        if (start, end) != (0, size):
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        self.set_header("Content-Length", str(end - start))
+        await loop.run_in_executor(None, f.seek, start)
+        left = end - start
+        while left > 0:
+            piece = await loop.run_in_executor(None, f.read, min(STREAM_CHUNK, left))
+            if not piece:  # it shrank meanwhile: end the answer short rather than pad it
+                self.request.connection.close()  # type: ignore[union-attr]
+                return
+            left -= len(piece)
+            self.write(piece)
+            await self.flush()  # one chunk in memory at a time
+
+
+def _size_of(f: IO[bytes]) -> int:
+    f.seek(0, 2)
+    size = f.tell()
+    f.seek(0)
+    return size
+
+
+def _byte_range(header: str | None, size: int) -> tuple[int, int]:
+    """``[start, end)`` of one ``Range: bytes=A-B`` (or ``A-``, ``-N``); the whole file when
+    there is none or it is not one simple range; 416 when it starts past the end."""
+    if not header or not header.startswith("bytes=") or "," in header:
+        return 0, size
+    first, _, last = header[6:].strip().partition("-")
+    try:
+        if not first:
+            start, end = max(0, size - int(last)), size
+        else:
+            start = int(first)
+            end = min(size, int(last) + 1) if last else size
+    except ValueError:
+        return 0, size
+    if start >= size and size > 0 or start < 0 or end < start:
+        raise BrokerError(416, f"range {header} is outside the output ({size} bytes)",
+                          headers={"Content-Range": f"bytes */{size}"})
+    return start, end
 
 
 class JobLogHandler(_JobsBase):

@@ -60,13 +60,24 @@ class _JobsHandler(ExtensionHandlerMixin, APIHandler):
     async def broker(
         self, method: str, path: str, body: Any = None, timeout: float = 30.0,
     ) -> tuple[int, bytes, str]:
+        status, data, headers = await self.broker_call(method, path, body, timeout)
+        return status, data, headers.get("Content-Type", "application/json")
+
+    async def broker_call(
+        self, method: str, path: str, body: Any = None, timeout: float = 30.0,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        """One call to the broker with this server's token: status, body, headers (a
+        broker that cannot be reached is a 503 naming why)."""
         base = broker_base()
+        json_type = {"Content-Type": "application/json"}
         if not base:
             return 503, json.dumps({"error": "no gpushare broker configured "
-                                    "(GPUSHARE_BROKER_URL)"}).encode(), "application/json"
+                                    "(GPUSHARE_BROKER_URL)"}).encode(), json_type
         req = HTTPRequest(
             base + path, method=method,
-            headers={"Authorization": f"token {_token()}", "Content-Type": "application/json"},
+            headers={"Authorization": f"token {_token()}", "Content-Type": "application/json",
+                     **(headers or {})},
             body=None if body is None else json.dumps(body),
             allow_nonstandard_methods=True, request_timeout=timeout,
         )
@@ -74,11 +85,13 @@ class _JobsHandler(ExtensionHandlerMixin, APIHandler):
             resp = await AsyncHTTPClient().fetch(req, raise_error=False)
         except (OSError, HTTPClientError, StreamClosedError) as exc:
             why = json.dumps({"error": f"cannot reach the gpushare broker: {exc}"})
-            return 503, why.encode(), "application/json"
+            return 503, why.encode(), json_type
         if resp.code == 599:
             return 503, json.dumps({"error": f"cannot reach the gpushare broker: "
-                                    f"{resp.error}"}).encode(), "application/json"
-        return resp.code, resp.body or b"", resp.headers.get("Content-Type", "application/json")
+                                    f"{resp.error}"}).encode(), json_type
+        got = {k: v for k, v in resp.headers.get_all()}
+        got.setdefault("Content-Type", "application/json")
+        return resp.code, resp.body or b"", got
 
     async def relay(self, method: str, path: str, body: Any = None) -> None:
         status, data, ctype = await self.broker(method, path, body)
