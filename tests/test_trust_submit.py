@@ -8,17 +8,28 @@ starts nothing, so admitted jobs stay "running" and no kernel process is spent.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import jobnotebooks as nbs
 import pytest
 from brokerkit import call, start_broker, static_tokens
+from sqlalchemy import select
 from traitlets.config import Config
 
 from jupyter_gpushare.backends.base import RunHandle, RunSpec, RunStatus
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.core.jobs import parameter_name_error
+from jupyter_gpushare.broker.db import jobs_table
+from jupyter_gpushare.broker.jobs import Job
+from jupyter_gpushare.core.jobs import (
+    JobLimits,
+    JobState,
+    RuntimeRules,
+    may_requeue,
+    parameter_name_error,
+    validate_runtime,
+)
 from jupyter_gpushare.policy import load_policy
 
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
@@ -142,3 +153,116 @@ async def test_a_cluster_backend_cannot_know_the_kernels_and_does_not_guess(app:
     nb["metadata"] = {}  # but it must still name one
     status, answer = await submit(app, nb, backend="elsewhere")
     assert (status, answer["field"]) == (400, "notebook.metadata.kernelspec"), answer
+
+
+# -- the checkpoint rule per priority class, at the exact threshold -----------------------------
+
+RULES_RESEARCH = RuntimeRules(profile_max_s=3600, priority_preemptible=True,
+                              checkpoint_required_after_s=600, grace_period_s=3)
+
+
+@pytest.mark.parametrize(("runtime", "checkpoint", "preemptible", "refused"), [
+    (600, False, True, False),  # at the threshold: not "longer than"
+    (601, False, True, True),  # one second past it, preemptible, no checkpoints: refused
+    (601, True, True, False),  # ... fine once it checkpoints
+    (3600, False, False, False),  # a non-preemptible class never needs checkpoints
+])
+def test_checkpoint_rule_at_its_threshold(
+    runtime: int, checkpoint: bool, preemptible: bool, refused: bool,
+) -> None:
+    rules = dataclasses.replace(RULES_RESEARCH, priority_preemptible=preemptible)
+    bad = validate_runtime(runtime, checkpoint, rules, JobLimits())
+    assert (bad is not None) == refused, bad
+    if refused:
+        assert bad is not None and bad.field == "checkpoint" and "600" in bad.message
+
+
+async def test_checkpoint_rule_per_priority_class_through_submit(app: Any) -> None:
+    # research (preemptible, checkpoints required after 10 min) and training (not preemptible)
+    status, answer = await submit(app, max_runtime=601)
+    assert (status, answer["field"]) == (400, "checkpoint"), answer
+    await assert_nothing_stored(app)
+    status, answer = await submit(app, max_runtime=600)
+    assert status == 201 and answer["priority"] == "research", answer
+    status, answer = await submit(app, max_runtime=3600, priority="training")
+    assert status == 201 and answer["checkpoint"] is False, answer
+    status, answer = await submit(app, max_runtime=601, checkpoint=True)
+    assert status == 201, answer
+
+
+# -- the per-user job cap at its exact boundary ------------------------------------------------
+
+
+async def test_the_per_user_job_cap_admits_the_nth_and_refuses_the_next(tmp_path: Path) -> None:
+    app = await _start(tmp_path, max_queued_per_user=3)
+    try:
+        for _ in range(3):
+            status, answer = await submit(app)
+            assert status == 201, answer
+        stored = len(app.jobs.store.live)
+        status, answer = await submit(app)
+        assert status == 429 and answer["field"] == "max_queued_per_user", answer
+        assert "3" in answer["error"] and len(app.jobs.store.live) == stored == 3
+        assert (await submit(app, token="tok-alice"))[0] == 201  # another user's own count
+    finally:
+        await app.stop_async()
+
+
+# -- what a requeue resets and what it keeps ---------------------------------------------------
+
+
+def _db_job(app: Any, job_id: str) -> Job:
+    with app.broker.engine.connect() as conn:
+        row = conn.execute(select(jobs_table).where(jobs_table.c.id == job_id)).first()
+    assert row is not None
+    return Job.from_row(row)
+
+
+async def _preempted(app: Any, **body: Any) -> Job:
+    status, answer = await submit(app, checkpoint=True, parameters={"lr": 0.5}, **body)
+    assert status == 201 and answer["state"] == "admitted", answer
+    job = app.jobs.store.live[answer["id"]]
+    ckpt = Path(app.jobs.backend.checkpoint_dir(job.id))
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "state.pt").write_text("step 41")
+    app.jobs.store.update(job, gpu_hours=0.25, preempt_signalled=True)
+    app.broker.release(job.grant_id, "released: preempted for a test")
+    app.jobs.store.transition(job, JobState.PREEMPTED, "preempted for a test")
+    return job
+
+
+async def test_a_requeue_resets_the_attempt_and_grant_and_keeps_the_rest(app: Any) -> None:
+    job = await _preempted(app)
+    before = dataclasses.replace(job)
+    app.jobs._requeue_or_fail(job)  # no await before the checks: the job loop cannot run
+    for seen in (job, _db_job(app, job.id)):
+        assert seen.attempt == before.attempt + 1 == 2
+        assert seen.state is JobState.QUEUED and "attempt 2" in seen.reason
+        assert seen.grant_id is None and seen.handle is None
+        assert seen.preempt_signalled is False
+        assert seen.request_id and seen.request_id != before.request_id
+        # kept: what it runs, with what, its age in the queue and its GPU-hours so far
+        assert seen.parameters == {"lr": 0.5} and seen.checkpoint is True
+        assert seen.max_runtime_s == before.max_runtime_s
+        assert seen.output_path == before.output_path
+        assert seen.created_at == before.created_at
+        assert seen.gpu_hours == pytest.approx(0.25)
+    spec = dict(job.request_spec)
+    assert spec["created_at"] == before.request_spec["created_at"]
+    checkpoint = Path(app.jobs.backend.checkpoint_dir(job.id)) / "state.pt"
+    assert checkpoint.read_text() == "step 41"
+    asked = app.broker.get_request(job.request_id, durable=False)
+    assert asked is not None and asked["status"] in ("queued", "granted"), asked
+
+
+async def test_a_requeue_at_max_attempts_fails_instead(tmp_path: Path) -> None:
+    app = await _start(tmp_path, max_attempts=2)
+    try:
+        job = await _preempted(app)
+        app.jobs.store.update(job, attempt=2)  # its last attempt was preempted
+        app.jobs._requeue_or_fail(job)
+        assert job.state is JobState.FAILED and "max_attempts" in job.reason
+        assert _db_job(app, job.id).state is JobState.FAILED
+        assert may_requeue(1, 2) and not may_requeue(2, 2)
+    finally:
+        await app.stop_async()
