@@ -9,11 +9,22 @@ Every method returns plain typed data; any answer that is not a success raises
 names one, the offending field. A refusal of a request is *not* an error: the broker
 answers 409 with ``status: "refused"`` and :meth:`BrokerClient.request` returns it as a
 :class:`RequestAnswer` like any other outcome.
+
+A broker that restarts (a crash, ``kill -9``; the supervisor brings it back within a few
+seconds) is not an error the user sees: a call that could not reach it, or that it answered
+502/503/504, is sent again until ``retry_window_s`` has passed, when that is safe: always
+when the connection was refused (nothing was sent), and otherwise for reads, ``DELETE`` and
+``PUT`` (idempotent) and for bodies that carry an ``idempotency_key`` (``POST /requests``:
+the broker answers a repeated key with the request it already has, so nothing is admitted
+twice).
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -29,15 +40,34 @@ __all__ = [
 ]
 
 
-class BrokerError(Exception):
-    """The broker could not be reached or answered with an error."""
+DEFAULT_RETRY_WINDOW_S = 10.0
+"""How long a call keeps trying a broker that is down or restarting (seconds)."""
 
-    def __init__(self, status: int, reason: str, field: str | None = None) -> None:
+RETRY_STATUSES = frozenset({502, 503, 504})
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+
+
+class BrokerError(Exception):
+    """The broker could not be reached or answered with an error.
+
+    ``transient``: the broker was unreachable or answered 502/503/504 (it may serve again
+    soon); ``unsent``: the connection was refused, so the broker received nothing."""
+
+    def __init__(self, status: int, reason: str, field: str | None = None, *,
+                 transient: bool = False, unsent: bool = False) -> None:
         where = f" (field {field})" if field else ""
         super().__init__(f"broker error {status}: {reason}{where}")
         self.status = status
         self.reason = reason
         self.field = field
+        self.transient = transient
+        self.unsent = unsent
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == (
+        errno.ECONNREFUSED
+    )
 
 
 @dataclass(frozen=True)
@@ -167,11 +197,19 @@ class BrokerClient:
         *,
         request_timeout: float = 20.0,
         connect_timeout: float = 5.0,
+        retry_window_s: float = DEFAULT_RETRY_WINDOW_S,
+        retry_delay_s: float = 0.05,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
+        # a broker that restarts serves again within a few seconds: calls that are safe to
+        # send again are sent again for this long (0: never), first after retry_delay_s,
+        # then at growing intervals up to 0.5 s
+        self.retry_window_s = retry_window_s
+        self.retry_delay_s = retry_delay_s
+        self.retries = 0  # calls sent again, for logs and tests
 
     # ------------------------------------------------------------------ plumbing
 
@@ -186,8 +224,38 @@ class BrokerClient:
     ) -> tuple[int, Any]:
         """Send one request; return ``(status, decoded JSON or None)``.
 
-        Non-2xx answers raise :class:`BrokerError` unless listed in ``ok_statuses``.
+        Non-2xx answers raise :class:`BrokerError` unless listed in ``ok_statuses``. A broker
+        that is down or restarting is tried again within ``retry_window_s`` where that is
+        safe (module docstring).
         """
+        deadline = time.monotonic() + self.retry_window_s
+        delay = self.retry_delay_s
+        while True:
+            try:
+                return await self._once(method, path, body, query, ok_statuses)
+            except BrokerError as exc:
+                if not self._may_retry(method, body, exc) or time.monotonic() + delay > deadline:
+                    raise
+            self.retries += 1
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.5)
+
+    @staticmethod
+    def _may_retry(method: str, body: dict[str, Any] | None, exc: BrokerError) -> bool:
+        if not exc.transient:
+            return False
+        if exc.unsent or method.upper() in IDEMPOTENT_METHODS:
+            return True
+        return isinstance(body, dict) and bool(body.get("idempotency_key"))
+
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        query: dict[str, Any] | None,
+        ok_statuses: tuple[int, ...],
+    ) -> tuple[int, Any]:
         url = self.base_url + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -205,11 +273,12 @@ class BrokerClient:
             connect_timeout=self.connect_timeout,
             allow_nonstandard_methods=True,
         )
+        unreachable = f"gpushare broker unreachable at {self.base_url}"
         try:
             resp = await AsyncHTTPClient().fetch(req, raise_error=False)
         except (OSError, HTTPClientError) as exc:
             raise BrokerError(
-                503, f"gpushare broker unreachable at {self.base_url}: {exc}"
+                503, f"{unreachable}: {exc}", transient=True, unsent=_refused(exc)
             ) from exc
         data: Any = None
         if resp.body:
@@ -219,7 +288,8 @@ class BrokerClient:
                 data = {"reason": resp.body.decode("utf-8", "replace")[:500]}
         if resp.code == 599:
             raise BrokerError(
-                503, f"gpushare broker unreachable at {self.base_url}: {resp.error}"
+                503, f"{unreachable}: {resp.error}", transient=True,
+                unsent=resp.error is not None and _refused(resp.error),
             )
         if 200 <= resp.code < 300 or resp.code in ok_statuses:
             return resp.code, data
@@ -228,7 +298,8 @@ class BrokerClient:
         if isinstance(data, dict):
             reason = str(data.get("reason") or data.get("message") or data.get("error") or "")
             fld = data.get("field")
-        raise BrokerError(resp.code, reason or resp.reason or "error", fld)
+        raise BrokerError(resp.code, reason or resp.reason or "error", fld,
+                          transient=resp.code in RETRY_STATUSES)
 
     # ------------------------------------------------------------------ requests
 

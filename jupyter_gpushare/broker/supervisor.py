@@ -6,7 +6,12 @@ session of its own and
 
 * **restarts it at once** when it dies (a crash, ``kill -9``): a warm standby (a second
   process with the broker's modules already imported, waiting on its stdin) takes over, so
-  it serves again after loading its state, not at the hub's next 30 s service check;
+  it serves again after loading its state, not at the hub's next 30 s service check. A
+  broker that served (it said so on its ready pipe, ``GPUSHARE_READY_FD``, once it listened)
+  is replaced without delay however often it is killed; only a broker that dies before it
+  ever served (a crash loop at start: a bad config, a database that is down) is restarted
+  after a growing delay. The next standby is started once the new broker serves, so its
+  imports do not compete with the new broker's start for the CPU;
 * **lets it outlive the hub's shutdown**: JupyterHub stops its managed services *before* the
   single-user servers, so a broker stopped with them would refuse every release of that
   shutdown. When the hub stops the supervisor (SIGINT/SIGTERM), the supervisor tells the
@@ -32,10 +37,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-RESTART_DELAY_S = 0.1
+RESTART_DELAY_S = 0.1  # first delay after a broker that died before it served
 MAX_RESTART_DELAY_S = 5.0
-STABLE_AFTER_S = 10.0
-POLL_S = 0.1
+STABLE_AFTER_S = 10.0  # a broker that ran this long counts as having served
+POLL_S = 0.05
+READY_FD_ENV = "GPUSHARE_READY_FD"
 
 
 def alive(pid: int) -> bool:
@@ -67,6 +73,9 @@ class Supervisor:
         self.standby: subprocess.Popen[bytes] | None = None
         self.stopping: int | None = None  # the signal that asked us to stop
         self.restarts = 0
+        self._ready: dict[int, int] = {}  # child pid -> read end of its ready pipe
+        self._served: set[int] = set()  # child pids that said they serve
+        self._started = 0.0  # when the running broker was started (monotonic)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stopping = signum
@@ -76,9 +85,46 @@ class Supervisor:
                    GPUSHARE_SUPERVISOR_PID=str(os.getpid()))
         if standby:
             env["GPUSHARE_STANDBY"] = "1"
-        # its own session: the hub's signals to us (and a kill of our group) do not reach it
-        return subprocess.Popen(self.command, env=env, start_new_session=True,
-                                stdin=subprocess.PIPE if standby else subprocess.DEVNULL)
+        read, write = os.pipe()  # the broker writes one byte once it listens
+        os.set_blocking(read, False)
+        env[READY_FD_ENV] = str(write)
+        try:
+            # its own session: the hub's signals to us (and a kill of our group) do not
+            # reach it
+            child = subprocess.Popen(self.command, env=env, start_new_session=True,
+                                     stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
+                                     pass_fds=(write,))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self._ready[child.pid] = read
+        return child
+
+    def served(self, child: subprocess.Popen[bytes]) -> bool:
+        """Whether ``child`` said on its ready pipe that it listens (alive or not since)."""
+        if child.pid in self._served:
+            return True
+        fd = self._ready.get(child.pid)
+        if fd is None:
+            return False
+        try:
+            said = os.read(fd, 1)
+        except BlockingIOError:
+            return False
+        except OSError:
+            said = b""
+        self._forget(child)
+        if said:
+            self._served.add(child.pid)
+        return bool(said)
+
+    def _forget(self, child: subprocess.Popen[bytes]) -> None:
+        fd = self._ready.pop(child.pid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _next_broker(self) -> subprocess.Popen[bytes]:
         """The warm standby, told to start (it has imported everything), else a new one;
@@ -94,9 +140,15 @@ class Supervisor:
             child = None
         if child is None:
             child = self._spawn()
-        if self.standby_enabled:
-            self.standby = self._spawn(standby=True)
         return child
+
+    def _standby_when_served(self) -> None:
+        """Start the next standby once the running broker serves (not before: the two would
+        share the CPU while it starts)."""
+        if not self.standby_enabled or self.standby is not None or self.child is None:
+            return
+        if self.served(self.child) or time.monotonic() - self._started > STABLE_AFTER_S:
+            self.standby = self._spawn(standby=True)
 
     def _drop_standby(self) -> None:
         standby, self.standby = self.standby, None
@@ -105,15 +157,17 @@ class Supervisor:
                 standby.stdin.close()  # end of file: it exits
             with contextlib.suppress(subprocess.TimeoutExpired):
                 standby.wait(5)
+            self._forget(standby)
 
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
-        delay = RESTART_DELAY_S
+        delay = 0.0
         while True:
-            started = time.monotonic()
+            started = self._started = time.monotonic()
             self.child = self._next_broker()
             while self.child.poll() is None and self.stopping is None and alive(self.hub_pid):
+                self._standby_when_served()
                 time.sleep(POLL_S)
             if self.stopping is not None:  # the hub stops its services: hand over and go
                 if self.child.poll() is None:
@@ -129,8 +183,9 @@ class Supervisor:
                 return 0
             code = self.child.returncode
             ran = time.monotonic() - started
-            delay = RESTART_DELAY_S if ran > STABLE_AFTER_S else min(delay * 2,
-                                                                     MAX_RESTART_DELAY_S)
+            delay = restart_delay(self.served(self.child) or ran > STABLE_AFTER_S, delay)
+            self._forget(self.child)
+            self._served.discard(self.child.pid)
             self.restarts += 1
             print(f"gpushare supervisor: the broker exited with {code} after {ran:.1f}s; "
                   f"restart {self.restarts} in {delay:.1f}s", file=sys.stderr, flush=True)
@@ -146,6 +201,14 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait(5)
+
+
+def restart_delay(served: bool, last: float) -> float:
+    """Seconds to wait before the next broker: none after one that served; after one that
+    died before it served, growing from RESTART_DELAY_S (doubling) up to MAX_RESTART_DELAY_S."""
+    if served:
+        return 0.0
+    return min(max(2 * last, RESTART_DELAY_S), MAX_RESTART_DELAY_S)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
