@@ -52,8 +52,10 @@ class InertBackend(LocalBackend):
         return None
 
 
-async def _start(tmp_path: Path, **jobs: Any) -> Any:
+async def _start(tmp_path: Path, limits: dict[str, Any] | None = None, **jobs: Any) -> Any:
     config = Config()
+    for key, value in (limits or {}).items():
+        setattr(config.BrokerLimits, key, value)
     config.JobManager.backend_class = InertBackend
     config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
     for key, value in jobs.items():
@@ -264,5 +266,26 @@ async def test_a_requeue_at_max_attempts_fails_instead(tmp_path: Path) -> None:
         assert job.state is JobState.FAILED and "max_attempts" in job.reason
         assert _db_job(app, job.id).state is JobState.FAILED
         assert may_requeue(1, 2) and not may_requeue(2, 2)
+    finally:
+        await app.stop_async()
+
+
+# -- finding 8: a job submission counts against the user's request rate ---------------------------
+
+
+async def test_job_submissions_take_the_request_rate_tokens(tmp_path: Path) -> None:
+    app = await _start(tmp_path, {"requests_per_minute_per_user": 1.0,
+                                  "request_burst_per_user": 2})
+    try:
+        assert (await submit(app, profile="debug-quarter", max_runtime=60))[0] == 201
+        status, answer = await submit(app, profile="debug-quarter", max_runtime=60)
+        assert status == 409 and answer["state"] == "refused", answer  # a row all the same
+        rows = len(app.broker.list_requests(user="bob"))
+        status, answer = await submit(app, profile="debug-quarter", max_runtime=60)
+        assert status == 429 and answer["code"] == "requests_per_minute_per_user", answer
+        assert len(app.broker.list_requests(user="bob")) == rows == 2
+        assert len(app.jobs.store.live) == 1
+        status, answer = await submit(app, parameters={"class": 1})  # refused first: free
+        assert status == 400, answer
     finally:
         await app.stop_async()

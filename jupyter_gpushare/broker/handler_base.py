@@ -25,7 +25,7 @@ from .fields import BadField, Fields, json_object
 from .hubclient import HubClient, HubError
 from .metrics import BrokerMetrics
 from .preempt import NoticeHub
-from .ratelimit import TokenBuckets
+from .ratelimit import TokenBuckets, register_request_buckets
 from .reconcile import HolderChecker
 from .service import Broker, BrokerError
 
@@ -64,6 +64,7 @@ class Context:
             lambda: int(limits.request_burst_per_user),
             self.broker.clock,
         )
+        register_request_buckets(self.broker, self.request_buckets)  # POST /jobs too
 
 
 def json_body(handler: web.RequestHandler) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from .errors import BrokerError
 from .fields import shorten
 from .ids import new_id
 from .jobs import Job
+from .ratelimit import request_buckets, retry_after
 from .serial import iso, request_to_spec
 
 if TYPE_CHECKING:
@@ -274,6 +275,7 @@ def submit_job(
         manager, user=user, user_teams=user_teams, is_admin=is_admin, server=server,
         body=body, body_bytes=body_bytes,
     )
+    take_rate_token(manager, user)
     answer = manager.broker.submit(request)
     if answer["status"] == "refused":
         return 409, {
@@ -294,6 +296,27 @@ def submit_job(
     manager.store.insert(job, text, history)
     manager.wake.set()
     return 201, job_view(manager, job, answer)
+
+
+def take_rate_token(manager: JobManager, user: str) -> None:
+    """A submission that reaches admission stores a request row, refused or not: it takes a
+    token of the user's ``POST /requests`` bucket (the same
+    :class:`~.ratelimit.TokenBuckets`), else 429 with Retry-After, storing nothing."""
+    buckets = request_buckets(manager.broker)
+    wait = buckets.take(user) if buckets is not None else None
+    if wait is None:
+        return
+    limits = manager.broker.limits
+    after = retry_after(wait)
+    raise BrokerError(
+        429,
+        f"too many requests for {shorten(user)}: at most "
+        f"{limits.requests_per_minute_per_user:g} a minute after a burst of "
+        f"{limits.request_burst_per_user} (BrokerLimits.requests_per_minute_per_user); "
+        f"retry in {after} s",
+        headers={"Retry-After": after},
+        code="requests_per_minute_per_user",
+    )
 
 
 def job_view(

@@ -99,7 +99,7 @@ class BrokerLimits(Configurable):
         help="Seconds between two passes of the request-row retention (broker/retention.py).",
     )
     request_prune_batch = Integer(
-        2000,
+        500,
         config=True,
         help="Most request rows one retention pass deletes (passes repeat until done, each "
         "short enough not to stall the broker).",

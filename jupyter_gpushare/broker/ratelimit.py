@@ -9,8 +9,10 @@ the table never holds more than the users active in the last ``burst / rate`` se
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -63,3 +65,17 @@ class TokenBuckets:
 def retry_after(seconds: float) -> str:
     """The ``Retry-After`` header value: whole seconds, at least 1."""
     return str(max(1, math.ceil(seconds)))
+
+
+_REQUEST_BUCKETS: weakref.WeakKeyDictionary[Any, TokenBuckets] = weakref.WeakKeyDictionary()
+
+
+def register_request_buckets(broker: Any, buckets: TokenBuckets) -> None:
+    """Make ``buckets`` the per-user request buckets of ``broker`` (the handlers' context
+    does, at start): ``POST /requests`` and ``POST /jobs`` then share them."""
+    _REQUEST_BUCKETS[broker] = buckets
+
+
+def request_buckets(broker: Any) -> TokenBuckets | None:
+    """The per-user request buckets of ``broker`` (``None``: none registered)."""
+    return _REQUEST_BUCKETS.get(broker)
