@@ -95,6 +95,14 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
         help="""Broker URL as the single-user server reaches it (GPUSHARE_BROKER_URL in its
         environment). Default: c.Spawner.environment's GPUSHARE_BROKER_URL, else broker_url.""",
     )
+    broker_retry_window_s = Float(
+        10.0,
+        config=True,
+        help="""While the broker restarts (its supervisor brings a killed broker back within a
+        few seconds) a call to it is sent again for up to this many seconds where that is
+        safe (reads, releases, requests with their idempotency key), so no spawn fails with
+        a 5xx meanwhile (broker/client.py). 0: fail at once.""",
+    )
     queue_poll_interval = Float(1.0, config=True, help="Seconds between queue status polls.")
     queue_timeout = Float(
         900.0,
@@ -185,7 +193,8 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
     def broker(self) -> BrokerClient:
         client = getattr(self, "_gpushare_client", None)
         if client is None or client.base_url != self.broker_url.rstrip("/"):
-            client = BrokerClient(self.broker_url, self.broker_api_token)
+            client = BrokerClient(self.broker_url, self.broker_api_token,
+                                  retry_window_s=self.broker_retry_window_s)
             self._gpushare_client = client
         return client
 
