@@ -56,3 +56,47 @@ def test_iso_clamps_what_a_datetime_cannot_hold() -> None:
     assert iso(-1e17) == "0001-01-01T00:00:00Z"
     assert iso(float("inf")) == "9999-12-31T23:59:59Z"
     assert iso(float("nan")) is None
+
+
+def _absurd_policy(big: int) -> Any:
+    """Every profile's lifetime and every class's grace period (and the preemptible ones'
+    checkpoint threshold) set to ``big``, as the policy reader's ranges would refuse."""
+    policy = parse_policy(CONFIG.read_text())
+    return dataclasses.replace(
+        policy,
+        profiles=tuple(dataclasses.replace(p, max_lifetime_s=big) for p in policy.profiles),
+        priority_classes=tuple(
+            dataclasses.replace(c, grace_period_s=big,
+                                checkpoint_required_after_s=big if c.preemptible else None)
+            for c in policy.priority_classes
+        ),
+    )
+
+
+@pytest.mark.parametrize("big", [10**17, 2**63 - 1, 10**30])
+async def test_no_answer_fails_and_every_kept_grant_was_told(tmp_path: Path, big: int) -> None:
+    app = await start_broker(_absurd_policy(big), f"sqlite:///{tmp_path}/b.sqlite",
+                             static_tokens({"vic": ["vision"], "nat": ["nlp"]}))
+    told: set[str] = set()
+    try:
+        for i, (user, slug, kind) in enumerate([
+            ("vic", "lab-small", "interactive"), ("nat", "train-1gpu", "batch"),
+            ("vic", "train-4gpu", "interactive"), ("nat", "train-4gpu", "batch"),
+            ("vic", "train-4gpu", "batch"), ("nat", "debug-eighth", "interactive"),
+            ("vic", "inference-quarter", "batch"), ("nat", "train-4gpu", "interactive"),
+        ]):
+            status, ans = await call(app, "POST", "/requests", f"tok-{user}",
+                                     {"profile": slug, "server": f"s{i}", "kind": kind})
+            assert status in (201, 409), (slug, status, ans)
+            if ans.get("grant_id"):
+                told.add(ans["grant_id"])
+            for path in ("/grants", "/requests", "/notices", "/policy/profiles"):
+                status, listed = await call(app, "GET", path, f"tok-{user}")
+                assert status == 200, (path, listed)
+            status, queue = await call(app, "GET", "/admin/queue", "tok-admin")
+            assert status == 200, queue
+        status, listed = await call(app, "GET", "/grants", "tok-admin")
+        assert status == 200 and {g["id"] for g in listed["grants"]} == told, listed
+        assert set(app.broker.state.grants) == told
+    finally:
+        await app.stop_async()

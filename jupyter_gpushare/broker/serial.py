@@ -27,6 +27,16 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+INT_COLUMN_MAX = 2**31 - 1  # an INTEGER column of PostgreSQL (SQLite's hold 2**63 - 1)
+
+
+def column_int(value: int) -> int:
+    """``value`` clamped to what an INTEGER column holds on every database: a policy read
+    without ranges (a grace period of 10**30 s) must not make the commit of a grant fail;
+    2**31 - 1 seconds is 68 years, as good as forever."""
+    return max(-INT_COLUMN_MAX, min(int(value), INT_COLUMN_MAX))
+
+
 def request_to_spec(req: Request) -> dict[str, Any]:
     return {
         "id": req.id,
@@ -135,8 +145,8 @@ def grant_row(grant: Grant) -> dict[str, Any]:
         "borrowed": grant.borrowed,
         "preemptible": grant.preemptible,
         "priority": req.priority,
-        "priority_value": grant.priority_value,
-        "grace_period_s": grant.grace_period_s,
+        "priority_value": column_int(grant.priority_value),
+        "grace_period_s": column_int(grant.grace_period_s),
         "spec": request_to_spec(req),
         "granted_at": grant.granted_at,
     }
