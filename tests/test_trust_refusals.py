@@ -153,3 +153,13 @@ def test_no_gpu_of_the_models_asked_and_cordoned_nodes() -> None:
     state.cordon("train-n0")
     d = decide(state, request("a", "train", whole=1), "g")
     assert "every node of pool train is cordoned" in d.reason, d.reason
+
+
+def test_the_reason_follows_the_state() -> None:
+    # the cause is remembered per shape only while the state stays as it is
+    state = split_train([1, 1, 3])
+    first = decide(state, request("a", "train", whole=4), "g")
+    assert "enough free GPUs in total (5)" in first.reason, first.reason
+    state.cordon("train-n2")
+    again = decide(state, request("a", "train", whole=4), "g")
+    assert "no free capacity in the pool: 2 of 8 GPUs free, 4 asked" in again.reason, again.reason
