@@ -87,6 +87,12 @@ async def test_requests_beyond_the_burst_are_429_and_store_nothing(tmp_path: Any
         status, again = await call(app, "POST", "/requests", "tok-alice",
                                    {**SHARED, "server": "s0", "idempotency_key": "k0"})
         assert status == 201 and again["request_id"] == answers[0][1]["request_id"]
+        # the hub's spawner (act-as) is not counted: it throttles its own spawns
+        for i in range(6):
+            status, ans = await call(app, "POST", "/requests", "tok-spawner",
+                                     {**SHARED, "user": "alice", "server": f"sp{i}",
+                                      "groups": ["a"]})
+            assert status in (201, 409), ans
         # another user is not slowed down by alice
         assert (await call(app, "POST", "/requests", "tok-bob", {**SHARED, "server": "b"}))[0] \
             in (201, 409)

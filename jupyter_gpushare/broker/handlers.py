@@ -112,7 +112,11 @@ class RequestsHandler(BaseHandler):
     def _take_rate_token(self, user: str) -> None:
         """At most ``requests_per_minute_per_user`` (after a burst of
         ``request_burst_per_user``) new requests per user: else 429 with Retry-After,
-        before anything is asked of the hub or stored."""
+        before anything is asked of the hub or stored. The hub's spawner and admins
+        (act-as tokens) are not counted: the hub throttles its own spawns, and a retry of a
+        spawn after a broker restart must not be refused."""
+        if self.identity.act_as:
+            return
         wait = self.ctx.request_buckets.take(user)
         if wait is None:
             return

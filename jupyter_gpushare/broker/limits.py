@@ -71,7 +71,8 @@ class BrokerLimits(Configurable):
         config=True,
         help="Sustained rate of POST /requests per user (a token bucket refilled at this "
         "many per minute); beyond it and the burst, 429 with Retry-After naming this limit. "
-        "A retry with an idempotency key already answered costs nothing (0: no limit).",
+        "A retry with an idempotency key already answered costs nothing; the hub's spawner "
+        "and admins (act-as tokens) are not counted (0: no limit).",
     )
     request_burst_per_user = Integer(
         20,
