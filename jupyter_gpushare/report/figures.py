@@ -22,9 +22,10 @@ Per team and pool
   queue wait            ``granted_at - created_at`` of requests made in the month that got
                         a grant: median, and p95 by nearest rank
   refusals              refused requests made in the month, by code
-  preemptions           grants ended by preemption in the month: ``reclaimed`` (the grant
+  preemptions           grants whose end record (:mod:`jupyter_gpushare.core.grant_end`)
+                        is ``preempted``, ended in the month: ``reclaimed`` (the grant
                         was borrowed) or ``priority`` (it was not)
-  culled                grants released by the GPU idle culler in the month
+  culled                grants whose end record is ``culled``, ended in the month
   data-bound sessions   measured grants whose use is below ``data_bound_util`` of their share
                         while they held at least ``data_bound_memory`` of their memory
   budget used           granted GPU-hours / the team's monthly budget
@@ -33,6 +34,11 @@ Per pool: capacity GPU-hours (GPU units x H), the sums of the above, demand (gra
 queued + refused GPU-hours), occupancy (granted / capacity) and utilisation (used /
 measured). Per node: the peak (highest sample of the node's total power) and the average
 (mean over the hours that had samples of each hour's mean).
+
+A month in progress (``MonthRows.now`` before its end) stops at ``now``: ``H`` is the hours
+elapsed, nothing after ``now`` counts (a live grant or a waiting request runs to ``now``),
+the series has the days begun only, and :class:`Projection` holds the linear extrapolation
+apart.
 """
 
 from __future__ import annotations
