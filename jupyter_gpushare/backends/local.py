@@ -15,9 +15,17 @@ root, as with JupyterHub's ``LocalProcessSpawner``), else as the broker's own us
 
 Layout under ``jobs_dir``::
 
-    <job id>/log.txt            every attempt's output, appended
-    <job id>/checkpoint/        $GPUSHARE_CHECKPOINT_DIR, kept across attempts
+    <job id>/                   the broker's (mode 0711): the job cannot swap what is in it
+    <job id>/log.txt            every attempt's output, appended (opened by the broker)
+    <job id>/checkpoint/        $GPUSHARE_CHECKPOINT_DIR, kept across attempts (the user's)
     <job id>/attempt-<n>/       spec.json, input.ipynb, launched, pid, output.ipynb, status.json
+                                (the folder is the user's: the runner writes its results)
+
+Every file and folder there is made, written, read and handed over through
+:mod:`~jupyter_gpushare.userfiles` (``openat`` with ``O_NOFOLLOW`` at each use, ``fchown`` on
+the folder it made), so a link the job planted is refused, never followed as root. The pid
+file is the job's to write, so a pid is only signalled when its command line is this
+attempt's runner. As the user, the runner starts in ``/`` and goes to its folder itself.
 
 ``launched`` is written before the process starts and ``pid`` (pid and process start
 time, so a reused pid is not mistaken for the job) right after: after a restart a run is
