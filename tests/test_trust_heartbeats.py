@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from brokerkit import call, start_broker, static_tokens
+from brokerkit import BASE, call, start_broker, static_tokens
 from brokerpolicies import small
 from sqlalchemy import func, select
 from telemetry_fakes import TOKEN, FakeBroker
@@ -23,6 +23,7 @@ from traitlets.config import Config
 from jupyter_gpushare.broker.db import heartbeats_table, node_power_table
 from jupyter_gpushare.broker.heartbeats import HeartbeatBounds
 from jupyter_gpushare.serverextension.service import ServiceConfig, TelemetryService
+from jupyter_gpushare.telemetry.broker_link import BrokerLink
 from jupyter_gpushare.telemetry.grant import GrantInfo
 
 USERS = {"alice": ["a"], "bob": ["b"]}
@@ -152,3 +153,17 @@ async def test_first_heartbeat_goes_out_within_seconds_of_start() -> None:
     finally:
         await svc.stop()
         fake.stop()
+
+
+async def test_the_server_sends_its_use_again_without_a_refused_power_figure(broker: Any) -> None:
+    gid, uuid, _ = await a_grant(broker)
+    link = BrokerLink(f"http://127.0.0.1:{broker.port}{BASE}", "tok-alice")
+    body = {"grant_id": gid, "ts": time.time(), "simulated": True,
+            "gpus": [{"uuid": uuid, "memory_used_mib": 100.0, "utilization_pct": 40.0,
+                      "power_w": 99999.0}]}
+    ans = await link.heartbeat(body)
+    assert ans.ok and ans.error is not None and "power_w" in ans.error, ans
+    rows, peak = stored(broker)
+    assert rows == 1 and peak is None  # the use counts, the impossible power does not
+    assert broker.broker.last_heartbeat[gid]["gpus"] == [
+        {"uuid": uuid, "memory_used_mib": 100.0, "utilization_pct": 40.0, "power_w": None}]

@@ -115,7 +115,19 @@ class BrokerLink:
         return await self._call("GET", "/notices?" + urlencode({"grant_id": grant_id}))
 
     async def heartbeat(self, body: dict[str, Any]) -> BrokerAnswer:
-        return await self._call("POST", "/heartbeats", body)
+        """Send one heartbeat. A power figure the broker finds beyond the card's limit (its
+        catalogue or settings do not know this card) is left out and the heartbeat sent
+        again, so the use still counts; the answer's ``error`` says what was left out."""
+        ans = await self._call("POST", "/heartbeats", body)
+        field = ans.data.get("field") if ans.status == 400 and isinstance(ans.data, dict) else None
+        if not (isinstance(field, str) and field.endswith(".power_w")):
+            return ans
+        bare = {**body, "gpus": [{k: v for k, v in g.items() if k != "power_w"}
+                                 for g in body.get("gpus", []) if isinstance(g, dict)]}
+        again = await self._call("POST", "/heartbeats", bare)
+        if not again.ok:
+            return again
+        return BrokerAnswer(True, again.data, f"sent without power_w ({ans.error})", again.status)
 
 
 def _json(body: bytes | None) -> Any:
