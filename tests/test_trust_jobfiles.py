@@ -403,3 +403,29 @@ async def test_the_output_is_sent_in_bounded_chunks_never_read_whole(
     part = await AsyncHTTPClient().fetch(req, raise_error=False)
     assert part.code == 206 and part.body == planted[10:20]
     assert part.headers["Content-Range"] == f"bytes 10-19/{len(planted)}"
+
+
+def test_a_forged_pid_file_does_not_make_the_broker_kill_another_process(
+    tmp_path: Path,
+) -> None:
+    """The pid file is in the job's own folder: a job that writes another process's pid
+    there (with its start time) must not get that process killed by the broker (root)."""
+    import psutil
+
+    backend = LocalBackend(str(tmp_path / "jobs"))
+    victim = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        attempt = tmp_path / "jobs" / "j-forged" / "attempt-1"
+        attempt.mkdir(parents=True)
+        (attempt / "launched").write_text("1")
+        created = psutil.Process(victim.pid).create_time()
+        (attempt / "pid").write_text(json.dumps({"pid": victim.pid, "create_time": created}))
+        handle = RunHandle("local", "j-forged", 1, {"dir": str(attempt)})
+        backend.kill(handle)
+        backend.signal(handle)
+        time.sleep(0.2)
+        assert victim.poll() is None  # still running
+        assert backend.poll(handle).alive is False  # not mistaken for the job either
+    finally:
+        victim.kill()
+        victim.wait()
