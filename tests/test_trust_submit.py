@@ -21,6 +21,7 @@ from traitlets.config import Config
 from jupyter_gpushare.backends.base import RunHandle, RunSpec, RunStatus
 from jupyter_gpushare.backends.local import LocalBackend
 from jupyter_gpushare.broker.db import jobs_table
+from jupyter_gpushare.broker.job_submit import installed_kernels
 from jupyter_gpushare.broker.jobs import Job
 from jupyter_gpushare.core.jobs import (
     JobLimits,
@@ -155,6 +156,12 @@ async def test_a_cluster_backend_cannot_know_the_kernels_and_does_not_guess(app:
     nb["metadata"] = {}  # but it must still name one
     status, answer = await submit(app, nb, backend="elsewhere")
     assert (status, answer["field"]) == (400, "notebook.metadata.kernelspec"), answer
+
+
+async def test_jobs_run_as_their_user_may_use_their_own_kernels(app: Any) -> None:
+    assert "python3" in (installed_kernels(app.jobs) or ())
+    app.jobs.backend.run_as = "user"  # the broker (root) does not read the user's home
+    assert installed_kernels(app.jobs) is None
 
 
 # -- the checkpoint rule per priority class, at the exact threshold -----------------------------

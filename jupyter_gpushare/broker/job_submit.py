@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import pwd
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 
 MAX_PATH = 1024
 KERNELS_TTL_S = 30.0  # how long a list of installed kernels is trusted
-_kernels_seen: dict[str, tuple[float, frozenset[str]]] = {}
+_kernels_seen: list[tuple[float, frozenset[str]]] = []  # (when, names): the last look
 
 
 def _field(name: str, message: str, status: int = 400) -> BrokerError:
@@ -74,7 +73,7 @@ def _notebook_label(body: dict[str, Any]) -> str:
     return shorten(label) if isinstance(label, str) and label else "the notebook"
 
 
-def check_kernel(manager: JobManager, user: str, notebook: dict[str, Any], label: str) -> None:
+def check_kernel(manager: JobManager, notebook: dict[str, Any], label: str) -> None:
     """The notebook must name its kernel (``metadata.kernelspec.name``) and, where the
     broker can know it (the local backend runs jobs with the broker's own Python), that
     kernel must be installed; else a 400 naming the notebook and the field, before a GPU
@@ -82,7 +81,7 @@ def check_kernel(manager: JobManager, user: str, notebook: dict[str, Any], label
     kernel = kernel_name_of(notebook)
     if not isinstance(kernel, str):
         raise _field(kernel.field, f"{label}: {kernel.message}", kernel.status)
-    installed = installed_kernels(manager, user)
+    installed = installed_kernels(manager)
     if installed is not None and kernel.lower() not in installed:
         raise _field(
             "notebook.metadata.kernelspec.name",
@@ -91,41 +90,33 @@ def check_kernel(manager: JobManager, user: str, notebook: dict[str, Any], label
         )
 
 
-def installed_kernels(manager: JobManager, user: str) -> frozenset[str] | None:
-    """Names (lower case) of the kernels a job of ``user`` can start, or ``None`` where
-    the broker cannot know them (a cluster backend, another Python)."""
+def installed_kernels(manager: JobManager) -> frozenset[str] | None:
+    """Names (lower case) of the kernels a job can start, or ``None`` where the broker
+    cannot know them: a cluster backend, another Python, or jobs run as their user (who
+    may have kernels of their own, which the broker, as root, does not look for in a home
+    folder the user controls)."""
     backend = manager.backend
     if backend.name != "local" or getattr(backend, "python", sys.executable) != sys.executable:
         return None
-    run_as = str(getattr(backend, "run_as", "hub"))
-    key = user if run_as == "user" else ""
+    if str(getattr(backend, "run_as", "hub")) == "user":
+        return None
     now = time.monotonic()
-    seen = _kernels_seen.get(key)
-    if seen is not None and now - seen[0] < KERNELS_TTL_S:
-        return seen[1]
-    names = _find_kernels(manager, user if run_as == "user" else None)
-    if len(_kernels_seen) > 1000:
-        _kernels_seen.clear()
-    _kernels_seen[key] = (now, names)
+    if _kernels_seen and now - _kernels_seen[0][0] < KERNELS_TTL_S:
+        return _kernels_seen[0][1]
+    names = _find_kernels(manager)
+    _kernels_seen[:] = [(now, names)]
     return names
 
 
-def _find_kernels(manager: JobManager, user: str | None) -> frozenset[str]:
+def _find_kernels(manager: JobManager) -> frozenset[str]:
     from jupyter_client.kernelspec import KernelSpecManager
 
     ksm = KernelSpecManager()
     dirs = list(ksm.kernel_dirs)
     extra = getattr(manager, "extra_env", {}) or {}
     for root in str(extra.get("JUPYTER_PATH", "")).split(os.pathsep):
-        if root:
+        if root:  # the admin's extra_env reaches every job
             dirs.insert(0, os.path.join(root, "kernels"))
-    if user is not None:  # a job run as its user also sees the user's own kernels
-        try:
-            home = pwd.getpwnam(user).pw_dir
-        except KeyError:
-            home = ""
-        if home:
-            dirs.insert(0, os.path.join(home, ".local", "share", "jupyter", "kernels"))
     ksm.kernel_dirs = dirs
     return frozenset(name.lower() for name in ksm.find_kernel_specs())
 
@@ -197,7 +188,7 @@ def build_job(
     if bad is not None:
         raise _field(bad.field, bad.message, bad.status)
     assert isinstance(notebook, dict)  # validate_notebook says so
-    check_kernel(manager, user, notebook, _notebook_label(body))
+    check_kernel(manager, notebook, _notebook_label(body))
     params = body.get("parameters") or {}
     bad = validate_parameters(params, limits)
     if bad is not None:
