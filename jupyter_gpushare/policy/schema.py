@@ -93,7 +93,7 @@ def _amount(value: int | float, scale: int) -> str:
     if exact.denominator == 1:
         return show(int(exact))
     whole = exact.numerator // exact.denominator
-    return show(whole) + "+" if abs(whole) >= 10**15 else f"{float(exact):g}"
+    return show(whole) + "+" if abs(whole) >= 10**15 else f"{float(exact):.12g}"
 
 
 @dataclass(frozen=True)

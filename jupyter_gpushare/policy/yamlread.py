@@ -111,10 +111,13 @@ class _LineLoader(yaml.SafeLoader):
 
 
 def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YMap:
-    loader.flatten_mapping(node)
+    explicit = sum(1 for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge")
+    loader.flatten_mapping(node)  # merged pairs (`<<: *base`) first, then the explicit ones
+    merged = len(node.value) - explicit
+    written: set[Any] = set()
     result = YMap()
     result.line = node.start_mark.line + 1
-    for key_node, value_node in node.value:
+    for index, (key_node, value_node) in enumerate(node.value):
         key = loader.construct_object(key_node, deep=True)
         try:
             hash(key)
@@ -123,8 +126,10 @@ def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> YMap:
                 "while constructing a mapping", node.start_mark,
                 "found an unhashable key", key_node.start_mark,
             ) from None
-        if key in result:
-            loader.duplicates.append((key_node.start_mark.line + 1, shorten(str(key))))
+        if index >= merged:  # an explicit key overrides a merged one: only twice written is
+            if key in written:  # a duplicate
+                loader.duplicates.append((key_node.start_mark.line + 1, shorten(str(key))))
+            written.add(key)
         result[key] = loader.construct_object(value_node, deep=True)
         result.key_lines[key] = key_node.start_mark.line + 1
         result.value_lines[key] = value_node.start_mark.line + 1
