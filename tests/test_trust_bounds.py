@@ -295,3 +295,19 @@ def test_an_error_message_is_cut_whatever_a_handler_quoted_into_it() -> None:
     assert bounded_message("short") == "short"
     cut = bounded_message("x" * 1_048_576)
     assert len(cut) < MAX_ERROR_MESSAGE + 40 and cut.endswith("… (1048576 characters)")
+
+
+async def test_the_broker_prunes_request_rows_periodically(tmp_path: Any) -> None:
+    app = await _broker(tmp_path, request_retention_days=1.0, request_prune_interval_s=1.0)
+    try:
+        status, ans = await call(app, "POST", "/requests", "tok-bob",
+                                 {"pool": "debug", "gpu": {"count": 4}, "server": "f"})
+        assert status == 409, ans
+        _age(app, ans["request_id"], 2)
+        for _ in range(60):
+            if _rows(app) == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert _rows(app) == 0 and app.retention.deleted_total == 1
+    finally:
+        await app.stop_async()

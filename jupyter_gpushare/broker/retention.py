@@ -124,8 +124,15 @@ class RequestRetention:
         (yielding in between) while each one deleted a full batch."""
         while True:
             await asyncio.sleep(max(1.0, float(self.limits.request_prune_interval_s)))
+            deleted = 0
             try:
-                while self.prune_once() >= max(1, int(self.limits.request_prune_batch)):
+                while True:
+                    n = self.prune_once()
+                    deleted += n
+                    if n < max(1, int(self.limits.request_prune_batch)):
+                        break
                     await asyncio.sleep(0)
             except SQLAlchemyError as exc:  # the database is busy or away: next time
                 log.warning("request retention: pass failed (%s); retrying later", exc)
+            if deleted:
+                log.info("request retention: deleted %d old request rows", deleted)
