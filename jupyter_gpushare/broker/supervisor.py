@@ -127,16 +127,19 @@ class Supervisor:
                 os.close(fd)
 
     def _next_broker(self) -> subprocess.Popen[bytes]:
-        """The warm standby, told to start (it has imported everything), else a new one;
-        then a fresh standby for next time."""
+        """The warm standby, told to start (it has imported everything), else a new one
+        (the next standby comes once it serves: :meth:`_standby_when_served`)."""
         child, self.standby = self.standby, None
         if child is not None and child.poll() is None and child.stdin is not None:
             try:
                 child.stdin.write(b"g")
                 child.stdin.close()
             except OSError:
+                self._forget(child)
                 child = None
         else:
+            if child is not None:
+                self._forget(child)
             child = None
         if child is None:
             child = self._spawn()
