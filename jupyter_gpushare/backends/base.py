@@ -182,6 +182,12 @@ class JobBackend(ABC):
         data = self.fetch_output(handle)
         return None if data is None else io.BytesIO(data)
 
+    sizes_are_cheap: bool = False
+    """Whether :meth:`log_size` and :meth:`output_size` are a ``stat`` of a file the broker
+    sees (the job folder): the broker then checks ``max_log_bytes`` and ``max_output_bytes``
+    on every poll. Cluster backends that fetch the log from the engine's API leave it False
+    (their logs are bounded by the engine; the runner still bounds the copied notebook)."""
+
     def output_size(self, handle: RunHandle) -> int | None:
         """The executed notebook's size so far (None: unknown; the broker's
         ``max_output_bytes`` is then enforced only where the runner copies it)."""

@@ -28,6 +28,7 @@ class JobFolder:
     """Paths, log, output and clean-up of the job folder (a mixin before JobBackend)."""
 
     jobs_dir: Any  # a path, or the traitlet that holds one
+    sizes_are_cheap = True  # a stat of the job folder's files
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id or "/" in job_id or job_id.startswith(".") or "\0" in job_id:

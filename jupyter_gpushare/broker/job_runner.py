@@ -357,7 +357,10 @@ class JobManager(JobOutcomes):
         return out
 
     def _over_bound(self, job: Job, handle: RunHandle) -> str | None:
-        """Why the run passed a size bound (``max_log_bytes``, ``max_output_bytes``)."""
+        """Why the run passed a size bound (``max_log_bytes``, ``max_output_bytes``), where
+        the backend can tell cheaply (a stat in the job folder, not a cluster API call)."""
+        if not self.backend.sizes_are_cheap:
+            return None
         if self.max_log_bytes > 0 and self.backend.log_size(job.id) > self.max_log_bytes:
             return (f"log exceeded JobManager.max_log_bytes = {human_bytes(self.max_log_bytes)}"
                     ": the job was stopped")
