@@ -221,7 +221,8 @@ async def test_cpu_action_restarts_on_the_cpu_profile_and_the_report_counts_it(
     assert culls == [("shared", "cpu")] and gid not in broker.state.grants
     # the ledger says why the grant ended: the monthly report counts it as culled
     year, month = month_of(T0)
-    _, _, doc = make_report(load_month(broker.engine, broker.policy, year, month))
+    _, _, doc = make_report(load_month(broker.engine, broker.policy, year, month,
+                                       now=clock[0] + 1))  # the report at the test's now
     (row,) = [t for t in doc["teams"] if t["team"] == "a" and t["pool"] == "shared"]
     assert row["culled"] == 1
     assert row["measured_gpu_hours"] > 0 and row["idle_share"] == 1.0

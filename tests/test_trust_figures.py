@@ -464,3 +464,32 @@ def _is_number(cell: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def test_a_release_at_the_profiles_lifetime_is_an_expiry(tmp_path: Path) -> None:
+    """A server stopped at its profile's ``max_lifetime`` (2 h for debug-eighth) ends as
+    ``expired``; one stopped earlier as ``released``."""
+    from jupyter_gpushare.core.model import GPUAsk, Request
+    from jupyter_gpushare.policy import load_policy
+
+    pol = load_policy(str(REPO / "hub_config" / "gpushare.yaml"))
+    clock = Clock(S)
+    engine = make_engine(f"sqlite:///{tmp_path}/e.sqlite")
+    b = Broker(pol, engine, clock=clock)
+    b.load()
+    ids = []
+    for user in ("ann", "ben"):
+        req = Request(id=f"r-{user}", user=user, team="vision", pool="debug",
+                      gpu=GPUAsk(fraction_milli=125), priority="interactive",
+                      kind=Kind.INTERACTIVE, holder="", profile="debug-eighth")
+        ans = b.submit(req)
+        assert ans["status"] == "granted", ans
+        ids.append(ans["grant"]["id"])
+    clock.t = S + 3600
+    b.release(ids[0], "released by holder")
+    clock.t = S + 2 * 3600
+    b.release(ids[1], "released by holder")
+    assert [_row(b, g).end_kind for g in ids] == ["released", "expired"]
+    assert _row(b, ids[1]).release_reason.startswith("expired: max lifetime 7200 s")
+    b.close()
+    engine.dispose()
