@@ -5,8 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
+fi
+# The test extras, (re)installed when missing or when pyproject.toml changed: a .venv made by
+# ./hub_config/demo.sh holds only the demo's extras, so either quick-start command may come first.
+STAMP=.venv/.gpushare-test-extras
+WANT=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -x .venv/bin/ruff ] || [ ! -x .venv/bin/mypy ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
+  echo "== installing jupyter-gpushare with its test extras into .venv"
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -e ".[test]"
+  echo "$WANT" > "$STAMP"
 fi
 if [ ! -x hub_config/proxy/node_modules/.bin/configurable-http-proxy ]; then
   (cd hub_config/proxy && npm install --no-audit --no-fund --silent)
