@@ -176,6 +176,20 @@ def test_a_name_that_slipped_through_adds_no_line_to_the_slurm_export(fmt: str) 
             assert "$(id)" not in line or "'" in line
 
 
+def test_every_word_of_a_sacctmgr_line_is_quoted() -> None:
+    from jupyter_gpushare.export.slurm import sh
+
+    words = ["sacctmgr", "-i", "add", "account", "a b;c", "$(id)", "x\ny", "'", "Description=`id`"]
+    line = sh(*words)
+    assert shlex.split(line) == words and "\n" not in line.replace("'x\ny'", "")
+
+
+def test_the_kueue_header_stays_comments_whatever_the_source_path() -> None:
+    text = kueue.render(load_policy(EXAMPLE), source="p.yaml\nkind: Evil\n---\nx: 1")
+    head = text.split("\n---\n", 1)[0]
+    assert all(line.startswith("#") for line in head.splitlines()), head
+
+
 def test_a_name_that_slipped_through_adds_no_line_to_kueue_and_ytsaurus() -> None:
     import yaml
 
@@ -337,6 +351,15 @@ def test_an_issue_is_one_line_whatever_the_file_holds() -> None:
     text = variant("    groups: [vision]", '    groups: ["a\\nb"]')
     errors = check_policy(text, "f.yaml").errors
     assert errors and all("\n" not in str(e) for e in errors)
+    def failing(spec: Any) -> list[Any]:
+        raise RuntimeError("no NVML\nsacctmgr -i delete account root")
+
+    nvml = variant("  source: simulated\n", "  source: nvml\n")
+    nvml = nvml[: nvml.index("  simulated:")] + nvml[nvml.index("\n# ---", nvml.index(
+        "  simulated:")):]
+    errors = check_policy(nvml, "f.yaml", failing).errors
+    assert any("discovery from nvml failed" in str(e) for e in errors), errors
+    assert all("\n" not in str(e) for e in errors)
     long_key = variant("pools:\n", "pools:\n  " + "k" * 100_000 + ": {mode: shared}\n")
     errors = check_policy(long_key, "f.yaml").errors
     assert errors and all(len(str(e)) < 600 for e in errors), [len(str(e)) for e in errors]
@@ -349,10 +372,11 @@ def test_names_follow_the_pattern_and_may_not_differ_only_in_case() -> None:
         assert any("got name" in e.message for e in errors), (bad, errors)
     ok = variant("  inference:\n    mode: shared", "  Infer_2-x:\n    mode: shared")
     assert not any("got name" in e.message for e in check_policy(ok).errors)
-    twin = variant("  research:\n    groups: [research]",
-                   "  Research:\n    groups: [x]\n  research:\n    groups: [research]")
-    errors = check_policy(twin).errors
-    assert any("differs from 'Research' only in case" in e.message for e in errors)
+    for first, second in (("Research", "research"), ("research", "RESEARCH")):
+        twin = variant("  research:\n    groups: [research]",
+                       f"  {first}:\n    groups: [x]\n  {second}:\n    groups: [research]")
+        errors = check_policy(twin).errors
+        assert any(f"differs from '{first}' only in case" in e.message for e in errors)
 
 
 # --------------------------------------------------------- the spawner's hold on the policy
@@ -473,3 +497,22 @@ def test_100_generated_hostile_files_give_no_traceback_and_only_file_line_errors
     refused = tally.exits["check-policy:2"]
     assert refused > 50 and tally.loaded > 0 and refused + tally.loaded == 100
     assert {"name", "number", "deep", "laughs", "type"} <= set(tally.kinds)
+
+
+def test_a_checker_bug_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jupyter_gpushare.policy as policy_module
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RecursionError("maximum recursion depth exceeded\nin somewhere")
+
+    path = write(tmp_path, BASE)
+    monkeypatch.setattr(policy_module, "check_policy_file", broken)
+    monkeypatch.setattr(policy_module, "load_policy", broken)
+    for argv in (["check-policy", path], ["export", "slurm", path]):
+        code, out, err = run_cli(argv, capsys)
+        assert code == cli.POLICY_ERRORS and out == ""
+        assert err.splitlines() == [f"{path}:1: internal error while reading the policy "
+                                    "(RecursionError: maximum recursion depth exceeded\\nin "
+                                    "somewhere); please report it"]
