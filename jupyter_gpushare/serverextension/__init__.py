@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import __version__
 from .app import GPUShareServerApp
 
 
@@ -11,4 +12,4 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     return [{"module": "jupyter_gpushare.serverextension", "app": GPUShareServerApp}]
 
 
-__all__ = ["GPUShareServerApp", "_jupyter_server_extension_points"]
+__all__ = ["GPUShareServerApp", "__version__", "_jupyter_server_extension_points"]
