@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     if not (ROOT / "jupyter_gpushare/labextension/static/style.js").exists():
-        pytest.fail("the lab extension is not built (scripts/test.sh builds it): the wheel lacks it")
+        pytest.fail("the lab extension is not built (scripts/test.sh builds it)")
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
