@@ -164,10 +164,11 @@ async def test_retention_prunes_only_finished_jobs_past_their_age_or_count(app: 
     ]
     bob_running = _plant(app, _job("b-running", "bob", JobState.RUNNING, now - 20 * DAY, None))
     out = app.jobs.retention(now)
-    assert sorted(out["aged"]) == ["a-lost", "a-old"]
+    # (the loop's first pass, with the defaults, may still have been running in its thread
+    # when the loop stopped: what it removed is not in ``out``, so the end state is checked)
+    assert set(out["aged"]) <= {"a-lost", "a-old"}
     assert sorted(out["over_count"]) == ["b-0", "b-1"]  # bob's oldest finished beyond 3
-    # files past 30 days go (a-recent's row stays)
-    assert sorted(out["files"]) == ["a-lost", "a-old", "a-recent"]
+    assert "a-recent" in out["files"]  # its log is past 30 days: files go, its row stays
     gone = {"a-old", "a-lost", "b-0", "b-1"}
     for folder in (old, lost, recent, queued, running, *bob, bob_running):
         assert folder.exists() == (folder.name not in gone | {"a-recent"}), folder
