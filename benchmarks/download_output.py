@@ -8,7 +8,8 @@ a real broker (``python -m jupyter_gpushare.broker``, its own process, the local
 the jobs policy of the tests), runs one small job to the end, then plants a ``--size-mib``
 notebook as that job's output (``attempt-1/output.ipynb``), downloads it through
 ``GET /jobs/{id}/output`` with a client that keeps nothing, while another client probes
-``GET /health`` every 20 ms and the broker's RSS is sampled every 20 ms.
+``GET /health`` every 20 ms (on a schedule: a stall delays every probe sent during it) and
+the broker's RSS is sampled every 20 ms.
 
 Prints the broker's RSS before and at its peak (growth in MiB), the ``/health`` latencies
 (p50, p99, max) and the download's throughput, against the targets: RSS growth <= 50 MiB,
@@ -144,13 +145,20 @@ async def report(url: str, pid: int, job_id: str, size: int) -> None:
     health: list[float] = []
     done = asyncio.Event()
 
+    async def one_probe() -> None:
+        t0 = time.perf_counter()
+        status, _ = await call(url, "GET", "/health")
+        if status == 200:
+            health.append(time.perf_counter() - t0)
+
     async def probe() -> None:
+        # on a fixed schedule, not one after another: a stall delays every probe sent
+        # during it, so it weighs in the p99 as long as it lasts
+        probes = []
         while not done.is_set():
-            t0 = time.perf_counter()
-            status, _ = await call(url, "GET", "/health")
-            if status == 200:
-                health.append(time.perf_counter() - t0)
+            probes.append(asyncio.ensure_future(one_probe()))
             await asyncio.sleep(0.02)
+        await asyncio.gather(*probes)
 
     async def sample() -> None:
         nonlocal peak
