@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import random
 import re
 import sys
@@ -101,6 +102,12 @@ def _set_value(rng: random.Random, doc: Any, pool: list[Any]) -> str:
     return _dump(doc)
 
 
+def _node_entries(doc: Any) -> list[Any]:
+    inventory = doc["inventory"]
+    groups = inventory.get("nodes") or inventory.get("simulated") or []
+    return groups if isinstance(groups, list) else [groups]
+
+
 def _rename(rng: random.Random, doc: Any) -> str:
     """Give a team, pool, priority class, profile, node or group an odd name."""
     name = rng.choice(ODD_NAMES)
@@ -112,14 +119,15 @@ def _rename(rng: random.Random, doc: Any) -> str:
         doc[kind] = {(name if k == old else k): v for k, v in section.items()}
     elif kind == "slug":
         rng.choice(doc["profiles"])["slug"] = name
-    elif kind == "node":
-        rng.choice(doc["inventory"]["nodes"])["name"] = name
+    elif kind == "node":  # a node, or a simulated group's name prefix
+        rng.choice(_node_entries(doc))["name"] = name
     elif kind in ("groups", "admins"):
         team = rng.choice(list(doc["teams"].values()))
         team[kind] = [name]
     elif kind == "model":
-        node = rng.choice(doc["inventory"]["nodes"])
-        rng.choice(node["gpus"])["model"] = name
+        node = rng.choice(_node_entries(doc))
+        target = rng.choice(node["gpus"]) if node.get("gpus") else node
+        target["model"] = name
     else:
         team = rng.choice(list(doc["teams"].values()))
         quotas = team["quotas"]
@@ -236,6 +244,8 @@ def _parsed(text: str, fallback: Any) -> Any:
         doc = None
     sections = ("inventory", "pools", "priority_classes", "teams", "profiles")
     if isinstance(doc, dict) and all(isinstance(doc.get(k), (dict, list)) for k in sections):
+        if sum(1 for _ in itertools.islice(_paths(doc), 100_001)) > 100_000:
+            return copy.deepcopy(fallback)  # an alias bomb: walking it would never end
         try:
             _dump(doc)
             _rename(random.Random(0), copy.deepcopy(doc))
