@@ -246,6 +246,9 @@ def test_the_job_folder_stays_roots_and_only_its_own_folders_are_the_users(
         return subprocess.Popen(["sleep", "30"])
 
     monkeypatch.setattr(backend, "_popen", popen)
+    older = tmp_path / "jobs" / "j-trust"  # as an older version left it: the user's
+    older.mkdir(mode=0o755)
+    os.chown(older, NOBODY.pw_uid, NOBODY.pw_gid)
     handle = backend.submit(_spec(tmp_path))
     try:
         assert started and started[0][3].pw_uid == NOBODY.pw_uid  # run as the user

@@ -39,6 +39,7 @@ import json
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -59,6 +60,16 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``path`` whole (a temporary file, then renamed; no link followed at the end)."""
     with Folder.root(str(path.parent)) as folder:
         folder.write_atomic(path.name, json.dumps(data).encode())
+
+
+def _keep_broker_owned(folder: Folder) -> None:
+    """The job folder is the broker's, mode 0711 (a folder an older version handed to the
+    job's user is taken back: the user must not be able to swap what is in it)."""
+    st = os.fstat(folder.fd)
+    if st.st_uid != os.geteuid() or st.st_gid != os.getegid():
+        os.fchown(folder.fd, os.geteuid(), os.getegid())
+    if stat.S_IMODE(st.st_mode) != 0o711:
+        os.fchmod(folder.fd, 0o711)
 
 
 def _with_cell_ids(nb: dict[str, Any]) -> dict[str, Any]:
@@ -142,6 +153,7 @@ class LocalBackend(JobFolder, JobBackend):
         with contextlib.ExitStack() as stack:
             top = stack.enter_context(Folder.root(str(self.jobs_dir)))
             jdir = stack.enter_context(top.child(spec.job_id, create=True, mode=0o711))
+            _keep_broker_owned(jdir)
             attempt = stack.enter_context(jdir.child(
                 f"attempt-{int(spec.attempt)}", create=True, mode=0o755, owner=owner))
             if attempt.exists("launched"):
