@@ -432,3 +432,22 @@ def test_a_forged_pid_file_does_not_make_the_broker_kill_another_process(
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_an_output_path_that_leaves_the_users_root_is_refused_by_the_runner(
+    tmp_path: Path,
+) -> None:
+    """The spec keeps the root and the relative path even when it leaves the root (a row
+    from before the submit checks): the runner refuses it instead of copying by path."""
+    from jupyter_gpushare.backends.local import _runner_spec
+
+    home = tmp_path / "home" / "al"
+    home.mkdir(parents=True)
+    spec = _runner_spec(RunSpec(
+        job_id="j", attempt=1, user="al", notebook={}, parameters={},
+        output_path=str(tmp_path / "home" / "alice" / "x.ipynb"), cwd="", env={},
+        max_runtime_s=1, output_root=str(home)))
+    assert spec["output_root"] == str(home) and spec["output_rel"] == "../alice/x.ipynb"
+    with pytest.raises(UnsafeFile, match="not a path inside its folder"):
+        deliver(_executed(tmp_path), spec)
+    assert not (tmp_path / "home" / "alice").exists()

@@ -90,8 +90,8 @@ def _runner_spec(spec: RunSpec) -> dict[str, Any]:
         "attempt": spec.attempt,
         "parameters": spec.parameters,
         "output_path": spec.output_path,
-        "output_root": root if rel and not rel.startswith("..") else "",
-        "output_rel": rel if rel and not rel.startswith("..") else "",
+        "output_root": root if rel else "",
+        "output_rel": rel,  # one that leaves the root is refused by the runner, not followed
         "max_output_bytes": spec.max_output_bytes,
         "cwd": spec.cwd,
         "kernel_name": spec.kernel_name,
