@@ -493,3 +493,62 @@ def test_a_release_at_the_profiles_lifetime_is_an_expiry(tmp_path: Path) -> None
     assert _row(b, ids[1]).release_reason.startswith("expired: max lifetime 7200 s")
     b.close()
     engine.dispose()
+
+
+RENDER_JS = r"""
+const fs = require("fs");
+const overview = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+const root = {dataset: {pollMs: "3600000"}, innerHTML: "", querySelector: () => null,
+              addEventListener: () => {}};
+let start = null;
+global.document = {getElementById: () => root};
+global.window = {addEventListener: (ev, fn) => { start = fn; }};
+global.gpushare = {api: async () => overview};
+global.setTimeout = () => {};
+eval(fs.readFileSync(process.argv[2], "utf8"));
+start().then(() => process.stdout.write(root.innerHTML));
+"""
+
+
+def test_the_admin_page_draws_budgets_whole_and_the_preemption(tmp_path: Path) -> None:
+    """The page's own script (admin.js, in node with a stub DOM) draws the overview of a
+    real broker: vision's budget 2000 and nlp's 1500 GPU-h (hub_config/gpushare.yaml) as
+    such, and a victim's own stop during its grace period under "Recent preemptions"."""
+    from jupyter_gpushare.broker.admin_page import live_overview
+    from jupyter_gpushare.core.model import GPUAsk, Request
+    from jupyter_gpushare.policy import load_policy
+
+    pol = load_policy(str(REPO / "hub_config" / "gpushare.yaml"))
+    clock = Clock(S)
+    engine = make_engine(f"sqlite:///{tmp_path}/a.sqlite")
+    b = Broker(pol, engine, clock=clock)
+    b.load()
+    # nlp (6) and research (2) fill the 8 train GPUs, beyond their guarantees: borrowed
+    for i, team in enumerate(["nlp"] * 6 + ["research"] * 2):
+        req = Request(id=f"n{i}", user=f"nick{i}", team=team, pool="train",
+                      gpu=GPUAsk(whole=1), priority="research", kind=Kind.BATCH,
+                      holder=f"job{i}", checkpointing=True)
+        assert b.submit(req)["status"] == "granted"
+    ans = b.submit(Request(id="v1", user="vera", team="vision", pool="train",
+                           gpu=GPUAsk(whole=1), priority="training", kind=Kind.INTERACTIVE,
+                           holder="srv"))
+    assert ans["status"] == "preempting", ans
+    victim = ans["victims"][0]
+    clock.t += 5
+    b.release(victim, "released by holder")  # its holder stops it before the deadline
+    data = live_overview(b, None)
+    data.update({k: v for k, v in recent_events(engine, []).items() if k != "reasons"})
+    data["policy_version"] = "test"
+    path = tmp_path / "overview.json"
+    path.write_text(json.dumps(data))
+    html = subprocess.run(
+        ["node", "-e", RENDER_JS, str(path), str(REPO / "jupyter_gpushare/broker/static/admin.js")],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    budgets = dict(re.findall(
+        r'<tr data-team="([^"]+)" data-pool="train">.*?<td class="num">([^<]*)</td></tr>', html))
+    assert budgets["vision"] == "2000" and budgets["nlp"] == "1500", budgets
+    section = html.split("Recent preemptions")[1].split("Recent refusals")[0]
+    assert "none" not in section and "vision" in section and "nick" in section
+    b.close()
+    engine.dispose()
