@@ -516,3 +516,20 @@ def test_a_checker_bug_is_one_line_not_a_traceback(
         assert err.splitlines() == [f"{path}:1: internal error while reading the policy "
                                     "(RecursionError: maximum recursion depth exceeded\\nin "
                                     "somewhere); please report it"]
+
+
+def test_a_discovered_inventory_is_bounded_too() -> None:
+    from jupyter_gpushare.policy import simulated_nodes
+
+    nvml = variant("  source: simulated\n", "  source: nvml\n")
+    nvml = nvml[: nvml.index("  simulated:")] + nvml[nvml.index("\n# ---", nvml.index(
+        "  simulated:")):]
+
+    def found(count: int) -> Any:
+        return lambda spec: simulated_nodes("train", count, 0)
+
+    assert not any("out of range" in e.message for e in check_policy(nvml, "f", found(10_000))
+                   .errors)
+    errors = check_policy(nvml, "f", found(10_001)).errors
+    assert [e.message for e in errors if "out of range" in e.message] == [
+        "10,001 nodes is out of range 0..10,000 (nodes)"]

@@ -169,7 +169,9 @@ def parse_inventory(ctx: Collector, root: Fields, discover: Discover | None
     default = "simulated" if inv.has("simulated") and not inv.has("nodes") else "static"
     source = inv.get("source", default=default) or default
     if source in DISCOVERED_SOURCES:
-        return source, _discover(ctx, inv, source, discover), discover is not None
+        found = _discover(ctx, inv, source, discover)
+        _check_size(ctx, inv_map, found)
+        return source, found, discover is not None
     if inv.has("discovery"):
         ctx.error(inv.key_line("discovery"), "inventory.discovery",
                   f"only used with source nvml or kubernetes (source is {source})")
