@@ -7,10 +7,36 @@ backend asks Slurm to run that attempt exactly there, with the grant's GRES
 (``python -m jupyter_gpushare.backends.papermill_run DIR``) with the same layout under
 ``jobs_dir``, which must be a filesystem the broker and every node share::
 
-    <job id>/log.txt            every attempt's output (sbatch --output, appended)
-    <job id>/checkpoint/        $GPUSHARE_CHECKPOINT_DIR, kept across attempts
+    <job id>/                   the broker's (mode 0711): the job cannot swap what is in it
+    <job id>/log.txt            every attempt's output (sbatch --output, appended); made
+                                by the broker, handed to the user (Slurm opens it as the user)
+    <job id>/checkpoint/        $GPUSHARE_CHECKPOINT_DIR, kept across attempts (the user's)
     <job id>/attempt-<n>/       spec.json, input.ipynb, job.sh, launched, slurm_id,
-                                output.ipynb, status.json
+                                output.ipynb, status.json (the folder is the user's)
+
+**Whose folders** (``run_as = "user"``: the broker runs as root and ``sbatch`` runs as the
+user through ``runuser``; ``slurmstepd`` opens ``--output`` and enters ``--chdir`` *as the
+user*, by path, on the node). The job folder stays root's (0711): the user can traverse it
+but never add, remove or swap a name in it, so no link can appear at ``log.txt``,
+``checkpoint`` or ``attempt-<n>`` (one left by an older version, which handed the whole job
+folder to the user, is refused at the next use). Only what the job must write is the
+user's: ``checkpoint/`` and its attempt folder (made by the broker, handed over with
+``fchown`` on their own descriptors) and the log *file* (made by the broker, never through a
+link, and handed over the same way, since Slurm appends to it as the user and the user could
+not create it in a root folder). The user owns the log's bytes, not its name: a user who
+hard-links it elsewhere only makes the broker refuse to serve it (``has other hard links``).
+
+Every mkdir, write, chown and read the broker does there, at every submit (a requeue
+included) and poll, goes through :mod:`~jupyter_gpushare.userfiles` (``openat`` with
+``O_NOFOLLOW`` from the jobs folder down, ``fchown`` on the opened descriptor): a link
+found fails the attempt with :class:`~jupyter_gpushare.userfiles.UnsafeFile`, whose message
+names the path (the broker's job loop fails the job with it: ``could not start: refused:
+.../attempt-2 is a symbolic link ...``), before anything is created, written or handed
+over through it. ``status.json`` and ``slurm_id`` are read the same way with a size bound,
+and a Slurm id read from the user's attempt folder is only used (to ``scancel``) when
+Slurm names that job ``gpushare-<job>-a<n>``. ``spec.json`` carries ``output_root`` (the
+user's root) and ``output_rel``, so the runner delivers the executed notebook by walking
+down from the user's root without following a link, as on the local backend.
 
 * **submit** is idempotent per job and attempt: the Slurm job is looked up (``slurm_id``,
   else by its name ``gpushare-<job>-a<n>`` in ``squeue``) before anything is submitted, and
@@ -44,9 +70,10 @@ from typing import Any
 
 from traitlets import Bool, Float, Integer, List, Unicode
 
+from ..userfiles import Folder, UnsafeFile
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
-from .jobfolder import JobFolder
-from .local import RUNNER, _with_cell_ids, _write_json
+from .jobfolder import LOG, JobFolder
+from .local import RUNNER, _keep_broker_owned, _runner_spec, _with_cell_ids
 from .slurm_args import (
     SbatchOptions,
     SlurmNodeInfo,
@@ -66,6 +93,59 @@ from .slurm_state import SlurmJob, node_in_service, parse_scontrol_job, status_f
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
 """Grant variables Slurm sets itself on the node (from the GRES), or that name a local MPS."""
+
+STATUS_MAX_BYTES = 4 << 20
+"""The most of a runner's ``status.json`` the broker reads (a larger one is refused)."""
+ID_MAX_BYTES = 64
+
+
+def _attempt_name(attempt: int) -> str:
+    return f"attempt-{int(attempt)}"
+
+
+def _hand_over(fd: int, owner: tuple[int, int] | None) -> None:
+    """``fchown`` an opened file or folder to ``owner`` when it is not theirs yet."""
+    if owner is None:
+        return
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) != owner:
+        os.fchown(fd, *owner)
+
+
+def prepare_log(jdir: Folder, owner: tuple[int, int] | None) -> None:
+    """Make the job's log (never through a link) and hand it to the job's user: Slurm
+    opens ``--output`` as the user, who cannot create a file in the root-owned job folder."""
+    fd = jdir.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        _hand_over(fd, owner)
+    finally:
+        os.close(fd)
+
+
+def write_file(folder: Folder, name: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``name`` whole in ``folder`` (never through a link) with ``mode`` whatever the
+    umask (the job's user must read its snapshot, spec and batch script)."""
+    folder.write_atomic(name, data, mode=mode)
+    fd = folder.open(name)
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def read_status(folder: Folder) -> dict[str, Any] | None:
+    """The runner's ``status.json`` in the attempt folder (None while it runs), read
+    without following a link and at most :data:`STATUS_MAX_BYTES`; unreadable or not a
+    JSON object reads as ``{}`` (the attempt failed); a link raises :class:`UnsafeFile`."""
+    if not folder.exists("status.json"):
+        return None
+    try:
+        data = json.loads(folder.read("status.json", STATUS_MAX_BYTES))
+    except UnsafeFile:
+        raise
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 
@@ -298,18 +378,40 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             return None
         return refusal(gres, node, nodes, self._partition())
 
-    def _find(self, job_id: str, attempt: int, adir: Path) -> str | None:
-        with contextlib.suppress(OSError):
-            text = (adir / "slurm_id").read_text().strip()
-            if text.isdigit():
-                return text
-        if not (adir / "launched").exists():
+    def _find(self, job_id: str, attempt: int) -> str | None:
+        """The Slurm id of an attempt (None: never submitted, or its folder is unsafe)."""
+        try:
+            folder = self.job_folder(job_id, _attempt_name(attempt))
+        except OSError:
             return None
-        found = self._by_name(job_name(job_id, attempt))
+        with folder:
+            return self._find_in(folder, job_id, attempt)
+
+    def _find_in(self, folder: Folder, job_id: str, attempt: int) -> str | None:
+        """The Slurm id in the attempt folder's ``slurm_id`` (the user's folder: used only
+        when Slurm names that job as this attempt), else found by name in ``squeue``."""
+        name = job_name(job_id, attempt)
+        with contextlib.suppress(OSError, ValueError):
+            text = folder.read("slurm_id", ID_MAX_BYTES).decode().strip()
+            if text.isdigit() and self._is_named(text, name):
+                return text
+        if not folder.exists("launched"):
+            return None
+        found = self._by_name(name)
         if found:  # the broker died between sbatch and writing slurm_id
             with contextlib.suppress(OSError):
-                (adir / "slurm_id").write_text(found)
+                folder.write_atomic("slurm_id", found.encode())
         return found
+
+    def _is_named(self, slurm_id: str, name: str) -> bool:
+        """Whether Slurm's job ``slurm_id`` is ``name`` (one slurmctld forgot is taken:
+        nothing can be signalled through it)."""
+        job = self._show_job(slurm_id)
+        if job is None or job.name == name:
+            return True
+        self.log.warning("slurm_id %s is Slurm's job %r, not %r: ignored", slurm_id,
+                         job.name, name)
+        return False
 
     def _handle(self, spec: RunSpec, adir: Path, slurm_id: str | None) -> RunHandle:
         ref: dict[str, Any] = {"dir": str(adir), "name": job_name(spec.job_id, spec.attempt)}
@@ -321,47 +423,58 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         return pwd.getpwnam(user) if self.run_as == "user" else None
 
     def submit(self, spec: RunSpec) -> RunHandle:
+        """Prepare the attempt's folders and files (see the module docstring: through
+        :mod:`~jupyter_gpushare.userfiles`, a link anywhere raises :class:`UnsafeFile` before
+        anything is made or handed over through it), then ``sbatch`` it."""
         adir = self.attempt_dir(spec.job_id, spec.attempt)
-        existing = self._find(spec.job_id, spec.attempt, adir)
-        if existing or (adir / "launched").exists():
-            return self._handle(spec, adir, existing)  # never a second run of one attempt
         account = self._account(spec.user)
-        jdir = self.job_dir(spec.job_id)
-        ckpt = Path(self.checkpoint_dir(spec.job_id))
-        adir.mkdir(parents=True, exist_ok=True)
-        ckpt.mkdir(parents=True, exist_ok=True)
-        (adir / "input.ipynb").write_text(json.dumps(_with_cell_ids(spec.notebook)))
-        _write_json(adir / "spec.json", {
-            "job_id": spec.job_id, "attempt": spec.attempt, "parameters": spec.parameters,
-            "output_path": spec.output_path, "cwd": spec.cwd, "kernel_name": spec.kernel_name,
-            "name": spec.name or os.path.basename(spec.output_path) or spec.job_id,
-        })
-        script = adir / "job.sh"
-        script.write_text(batch_script(self.python, RUNNER, str(adir)))
-        script.chmod(0o755)
-        name = job_name(spec.job_id, spec.attempt)
-        req = build_request(name, str(script), str(jdir / "log.txt"), str(adir), spec.grant,
+        owner = (account.pw_uid, account.pw_gid) if account is not None else None
+        with contextlib.ExitStack() as stack:
+            top = stack.enter_context(Folder.root(str(self.jobs_dir)))
+            jdir = stack.enter_context(top.child(spec.job_id, create=True, mode=0o711))
+            _keep_broker_owned(jdir)
+            attempt = stack.enter_context(jdir.child(
+                _attempt_name(spec.attempt), create=True, mode=0o755, owner=owner))
+            existing = self._find_in(attempt, spec.job_id, spec.attempt)
+            if existing or attempt.exists("launched"):
+                return self._handle(spec, adir, existing)  # never a second run of one attempt
+            jdir.child("checkpoint", create=True, mode=0o700, owner=owner).close()
+            prepare_log(jdir, owner)
+            write_file(attempt, "input.ipynb",
+                       json.dumps(_with_cell_ids(spec.notebook)).encode())
+            write_file(attempt, "spec.json", json.dumps(_runner_spec(spec)).encode())
+            write_file(attempt, "job.sh",
+                       batch_script(self.python, RUNNER, str(adir)).encode(), 0o755)
+            argv, env = self._sbatch(spec, account)
+            attempt.write_atomic("launched", b"1")
+            try:
+                done = self._cmd(argv, env=self._env(env))
+                slurm_id = parse_parsable(done.stdout)
+            except (SlurmCommandError, ValueError):
+                attempt.unlink("launched")  # nothing runs: it may be tried again
+                raise
+            attempt.write_atomic("slurm_id", slurm_id.encode())
+        self.log.info("job %s attempt %s is Slurm job %s: %s", spec.job_id, spec.attempt,
+                      slurm_id, " ".join(argv[1:-1]))
+        return self._handle(spec, adir, slurm_id)
+
+    def _sbatch(self, spec: RunSpec, account: pwd.struct_passwd | None
+                ) -> tuple[list[str], dict[str, str]]:
+        """The ``sbatch`` command line (as the user through ``runuser`` where the job runs
+        as the user) and its environment."""
+        adir = self.attempt_dir(spec.job_id, spec.attempt)
+        req = build_request(job_name(spec.job_id, spec.attempt), str(adir / "job.sh"),
+                            str(self.job_dir(spec.job_id) / LOG), str(adir), spec.grant,
                             spec.max_runtime_s, self._shards_per_gpu())
         argv = sbatch_argv(req, self.options(), self.sbatch)
         env = {k: v for k, v in spec.env.items() if k not in DROPPED_ENV}
         env.update(GPUSHARE_JOB_ID=spec.job_id, GPUSHARE_JOB_ATTEMPT=str(spec.attempt),
-                   GPUSHARE_CHECKPOINT_DIR=str(ckpt), PYTHONUNBUFFERED="1")
+                   GPUSHARE_CHECKPOINT_DIR=self.checkpoint_dir(spec.job_id),
+                   PYTHONUNBUFFERED="1")
         if account is not None:
-            for path in (jdir, adir, ckpt):
-                os.chown(path, account.pw_uid, account.pw_gid)
             env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
             argv = ["runuser", "-u", account.pw_name, "--", *argv]
-        (adir / "launched").write_text("1")
-        try:
-            done = self._cmd(argv, env=self._env(env))
-            slurm_id = parse_parsable(done.stdout)
-        except (SlurmCommandError, ValueError):
-            (adir / "launched").unlink(missing_ok=True)  # nothing runs: it may be tried again
-            raise
-        (adir / "slurm_id").write_text(slurm_id)
-        self.log.info("job %s attempt %s is Slurm job %s: %s", spec.job_id, spec.attempt,
-                      slurm_id, " ".join(argv[1:-1]))
-        return self._handle(spec, adir, slurm_id)
+        return argv, env
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -369,24 +482,34 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         sid = handle.ref.get("slurm_job_id")
         if sid:
             return str(sid)
-        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
-        return self._find(handle.job_id, handle.attempt, adir)
+        return self._find(handle.job_id, handle.attempt)
 
     def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
         """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
         sid = self._slurm_id(handle)
         return self._show_job(sid, fresh=fresh) if sid else None
 
+    def _read_attempt(self, handle: RunHandle) -> tuple[bool, dict[str, Any] | None]:
+        """(launched, the runner's status.json) of the attempt, read through userfiles."""
+        try:
+            with self.job_folder(handle.job_id, _attempt_name(handle.attempt)) as folder:
+                launched = folder.exists("launched")
+                return launched, read_status(folder) if launched else None
+        except FileNotFoundError:
+            return False, None
+
     def poll(self, handle: RunHandle) -> RunStatus:
-        adir = Path(handle.ref.get("dir") or self.attempt_dir(handle.job_id, handle.attempt))
-        launched = (adir / "launched").exists()
-        job = self.slurm_job(handle) if launched else None
-        result: dict[str, Any] | None = None
-        with contextlib.suppress(OSError, ValueError):
-            result = json.loads((adir / "status.json").read_text())
-        if job is not None and not job.alive and result is None:
-            with contextlib.suppress(OSError, ValueError):  # written just as the job ended
-                result = json.loads((adir / "status.json").read_text())
+        try:
+            launched, result = self._read_attempt(handle)
+            job = self.slurm_job(handle) if launched else None
+            if job is not None and not job.alive and result is None:
+                _, result = self._read_attempt(handle)  # written just as the job ended
+        except UnsafeFile as exc:  # the job swapped its attempt folder or status file
+            job = self.slurm_job(handle)
+            if job is not None and job.alive:
+                return RunStatus(alive=True)
+            return RunStatus(alive=False, finished=True, exit_code=1, error={
+                "summary": f"the attempt's files were tampered with: {exc}"})
         if job is not None and job.queued and job.reason.startswith("ReqNodeNotAvail"):
             lost = self._pending_on_dead_node(handle, job)
             if lost is not None:

@@ -1,0 +1,274 @@
+"""Issue 23, finding 2 on the Slurm backend: the folders of a job are made, written, handed
+over and read without following a link, at every submit (requeues included) and poll.
+
+No Slurm cluster: ``SlurmBackend.submit`` and ``poll`` are called directly with the Slurm
+commands replaced by a recorder (``_cmd``), so what is checked is the folder preparation,
+the ``spec.json`` and the ``sbatch`` line. The broker runs as root here (as for
+``run_as = "user"``); ``nobody`` (uid 65534) is the job's user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import jobnotebooks as nbs
+import pytest
+
+from jupyter_gpushare.backends.base import RunHandle, RunSpec
+from jupyter_gpushare.backends.slurm import STATUS_MAX_BYTES, SlurmBackend
+from jupyter_gpushare.userfiles import UnsafeFile
+
+NOBODY = pwd.getpwnam("nobody")
+JOB = "j-slurm-trust"
+GRANT = {"node": "n1", "team": "vision", "priority": "research", "grace_period_s": 3,
+         "cpu_milli": 1000, "memory_mib": 512,
+         "gpus": [{"uuid": "GPU-sim-n1-0", "compute_pct": 100.0}]}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+
+
+class Slurm:
+    """Stands in for the Slurm commands: records every command line; sbatch answers an id,
+    scontrol answers ``jobs`` (id -> SlurmJob name and state), squeue ``by_name``."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+        self.jobs: dict[str, tuple[str, str]] = {}
+        self.by_name: dict[str, str] = {}
+        self.next_id = 4242
+
+    def __call__(self, argv: list[str], *, env: dict[str, str] | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        base = [os.path.basename(a) for a in argv]
+        out = ""
+        if "sbatch" in base:
+            name = next(a for a in argv if a.startswith("--job-name=")).split("=", 1)[1]
+            out = str(self.next_id)
+            self.jobs[out] = (name, "RUNNING")
+            self.by_name[name] = out
+            self.next_id += 1
+        elif "scontrol" in base and argv[-1] in self.jobs:
+            name, state = self.jobs[argv[-1]]
+            out = f"JobId={argv[-1]} JobName={name} JobState={state} Reason=None"
+        elif "squeue" in base:
+            name = next(a for a in argv if a.startswith("--name=")).split("=", 1)[1]
+            out = self.by_name.get(name, "")
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    def sbatches(self) -> list[list[str]]:
+        return [c for c in self.calls if any(os.path.basename(a) == "sbatch" for a in c)]
+
+
+@pytest.fixture
+def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SlurmBackend,
+                                                                           Slurm]]:
+    backend = SlurmBackend(jobs_dir=str(tmp_path / "jobs"), min_poll_interval_s=0.0)
+    backend.run_as = "user"
+    fake = Slurm()
+    monkeypatch.setattr(backend, "_cmd", fake)
+    (tmp_path / "home" / "nobody").mkdir(parents=True)
+    yield backend, fake
+
+
+def _spec(tmp_path: Path, attempt: int = 1) -> RunSpec:
+    home = tmp_path / "home" / "nobody"
+    return RunSpec(
+        job_id=JOB, attempt=attempt, user="nobody", notebook=nbs.simple(), parameters={},
+        output_path=str(home / "work" / "out.ipynb"), cwd=str(home / "work"), env={},
+        max_runtime_s=60, grant=GRANT, output_root=str(home),
+    )
+
+
+def _target(tmp_path: Path) -> Path:
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+    (target / "keep").write_text("root's")
+    return target
+
+
+def _snapshot(folder: Path) -> list[tuple[str, int, int, int]]:
+    out = []
+    for path in sorted([folder, *folder.rglob("*")]):
+        st = path.lstat()
+        out.append((str(path.relative_to(folder)), st.st_uid, st.st_gid, st.st_mode))
+    return out
+
+
+def _owner(path: Path) -> tuple[int, int]:
+    st = path.lstat()
+    return st.st_uid, stat.S_IMODE(st.st_mode)
+
+
+# -- a link planted for checkpoint/ or the next attempt's folder ---------------------------------
+
+
+@pytest.mark.parametrize("swapped", ["checkpoint", "attempt-2"])
+def test_a_requeue_into_a_linked_folder_is_refused_naming_it_and_its_target_untouched(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path, swapped: str
+) -> None:
+    backend, fake = slurm
+    backend.submit(_spec(tmp_path, attempt=1))  # the first attempt, as it ran
+    jobdir = tmp_path / "jobs" / JOB
+    target = _target(tmp_path)
+    before = _snapshot(target)
+    if swapped == "checkpoint":
+        os.rmdir(jobdir / "checkpoint")
+    (jobdir / swapped).symlink_to(target)  # what the job did (an older layout let it)
+    with pytest.raises(UnsafeFile, match=f"{jobdir / swapped} is a symbolic link"):
+        backend.submit(_spec(tmp_path, attempt=2))  # the requeue
+    assert _snapshot(target) == before  # nothing made, written or handed over there
+    assert (jobdir / swapped).is_symlink() and _owner(target) == (0, 0o700)
+    assert len(fake.sbatches()) == 1  # the second attempt was never submitted
+
+
+def test_an_older_job_folder_of_the_user_is_taken_back_and_its_links_refused(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    """An older version handed the whole job folder to the user, who planted links for
+    everything the broker makes at the first submit."""
+    backend, fake = slurm
+    target = _target(tmp_path)
+    before = _snapshot(target)
+    jobdir = tmp_path / "jobs" / JOB
+    jobdir.mkdir(parents=True)
+    os.chown(jobdir, NOBODY.pw_uid, NOBODY.pw_gid)
+    for name in ("checkpoint", "log.txt"):
+        (jobdir / name).symlink_to(target if name == "checkpoint" else target / "keep")
+    with pytest.raises(UnsafeFile, match="checkpoint is a symbolic link"):
+        backend.submit(_spec(tmp_path))
+    assert _owner(jobdir) == (0, 0o711)  # the job folder is the broker's again
+    (jobdir / "checkpoint").unlink()
+    with pytest.raises(UnsafeFile, match="log.txt is a symbolic link"):
+        backend.submit(_spec(tmp_path))
+    assert _snapshot(target) == before and (target / "keep").read_text() == "root's"
+    assert fake.sbatches() == []
+
+
+def test_a_link_inside_the_attempt_folder_is_replaced_never_written_through(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    """The attempt folder is the user's: a link they put at spec.json or job.sh before the
+    broker writes them is replaced by the file, the link's target left alone."""
+    backend, _fake = slurm
+    adir = tmp_path / "jobs" / JOB / "attempt-1"
+    adir.mkdir(parents=True)
+    os.chown(adir, NOBODY.pw_uid, NOBODY.pw_gid)
+    target = _target(tmp_path)
+    before = _snapshot(target)
+    secret = target / "keep"
+    for name in ("spec.json", "job.sh", "input.ipynb"):
+        (adir / name).symlink_to(secret)
+    backend.submit(_spec(tmp_path))
+    assert secret.read_text() == "root's" and _snapshot(target) == before
+    assert not any((adir / n).is_symlink() for n in ("spec.json", "job.sh", "input.ipynb"))
+
+
+# -- whose folders, and what sbatch is told ------------------------------------------------------
+
+
+def test_the_job_folder_is_roots_and_only_what_the_job_writes_is_the_users(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    backend, fake = slurm
+    old = os.umask(0o077)  # the broker's umask must not make the user's inputs unreadable
+    try:
+        backend.submit(_spec(tmp_path, attempt=1))
+        backend.submit(_spec(tmp_path, attempt=2))  # a requeue: the same rule
+    finally:
+        os.umask(old)
+    jobdir = tmp_path / "jobs" / JOB
+    user = NOBODY.pw_uid
+    owners = {p: _owner(jobdir / p)[0] for p in (
+        "", "log.txt", "checkpoint", "attempt-1", "attempt-2", "attempt-2/spec.json",
+        "attempt-2/input.ipynb", "attempt-2/job.sh")}
+    assert owners == {"": 0, "log.txt": user, "checkpoint": user, "attempt-1": user,
+                      "attempt-2": user, "attempt-2/spec.json": 0, "attempt-2/input.ipynb": 0,
+                      "attempt-2/job.sh": 0}
+    modes = {p: _owner(jobdir / p)[1] for p in (
+        "", "log.txt", "checkpoint", "attempt-2/spec.json", "attempt-2/input.ipynb",
+        "attempt-2/job.sh")}
+    assert modes == {"": 0o711, "log.txt": 0o600, "checkpoint": 0o700,
+                     "attempt-2/spec.json": 0o644, "attempt-2/input.ipynb": 0o644,
+                     "attempt-2/job.sh": 0o755}  # readable by the user whatever the umask
+    argv = fake.sbatches()[-1]
+    assert argv[:4] == ["runuser", "-u", "nobody", "--"]  # sbatch as the user
+    assert f"--output={jobdir / 'log.txt'}" in argv
+    assert f"--chdir={jobdir / 'attempt-2'}" in argv
+    spec = json.loads((jobdir / "attempt-2" / "spec.json").read_text())
+    home = tmp_path / "home" / "nobody"
+    # the runner delivers by walking down from the user's root, never by path
+    assert (spec["output_root"], spec["output_rel"]) == (str(home), "work/out.ipynb")
+
+
+def test_submit_of_a_launched_attempt_is_not_sbatched_again(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    backend, fake = slurm
+    first = backend.submit(_spec(tmp_path))
+    again = backend.submit(_spec(tmp_path))
+    assert again.ref["slurm_job_id"] == first.ref["slurm_job_id"] == "4242"
+    assert len(fake.sbatches()) == 1
+
+
+# -- what the broker reads back from the user's attempt folder -----------------------------------
+
+
+def _ended(fake: Slurm, sid: str) -> None:
+    fake.jobs[sid] = (fake.jobs[sid][0], "COMPLETED")
+
+
+@pytest.mark.parametrize("planted", ["link", "huge"])
+def test_status_json_is_read_without_a_link_and_within_its_bound(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path, planted: str
+) -> None:
+    backend, fake = slurm
+    handle = backend.submit(_spec(tmp_path))
+    _ended(fake, handle.ref["slurm_job_id"])
+    status_json = tmp_path / "jobs" / JOB / "attempt-1" / "status.json"
+    if planted == "link":  # a root-only result that would say "succeeded"
+        forged = _target(tmp_path) / "ok.json"
+        forged.write_text(json.dumps({"exit_code": 0, "error": None}))
+        status_json.symlink_to(forged)
+        why = "status.json is a symbolic link"
+    else:
+        status_json.write_bytes(b" " * (STATUS_MAX_BYTES + 1) + b"{}")
+        why = f"over {STATUS_MAX_BYTES}"
+    status = backend.poll(handle)
+    assert status.finished and status.exit_code == 1, status
+    assert "tampered with" in status.error["summary"] and why in status.error["summary"]
+
+
+def test_a_plain_status_json_still_ends_the_attempt(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    backend, fake = slurm
+    handle = backend.submit(_spec(tmp_path))
+    assert backend.poll(handle).alive
+    _ended(fake, handle.ref["slurm_job_id"])
+    (tmp_path / "jobs" / JOB / "attempt-1" / "status.json").write_text(
+        json.dumps({"exit_code": 0, "error": None, "output_path": "x"}))
+    status = backend.poll(handle)
+    assert status.finished and status.exit_code == 0 and status.output_path == "x"
+
+
+def test_a_forged_slurm_id_in_the_attempt_folder_is_never_cancelled(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    """The attempt folder is the user's: a slurm_id naming another user's Slurm job is
+    not this attempt's (Slurm names it otherwise), so it is never signalled."""
+    backend, fake = slurm
+    handle = backend.submit(_spec(tmp_path))
+    fake.jobs["999"] = ("gpushare-someone-else-a1", "RUNNING")
+    (tmp_path / "jobs" / JOB / "attempt-1" / "slurm_id").write_text("999")
+    bare = RunHandle("slurm", JOB, 1, {})  # as after a restart, before the id is known
+    backend.kill(bare)
+    cancelled = [c for c in fake.calls if os.path.basename(c[0]) == "scancel"]
+    assert cancelled and all(c[-1] == handle.ref["slurm_job_id"] for c in cancelled), cancelled
+
