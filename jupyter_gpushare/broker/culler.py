@@ -242,6 +242,9 @@ class GPUCuller(LoggingConfigurable):
             self.broker.culling.pop(gid, None)
             log.warning("culler: could not stop %s/%s: %s (will retry)", user, server, exc)
             return None
+        except BaseException:  # (cancelled, or a bug): a later release is no cull
+            self.broker.culling.pop(gid, None)
+            raise
         event = self._event(gid, what, facts.now, idle_since(facts))
         self._withdraw(gid)
         if gid in self.broker.state.grants:
