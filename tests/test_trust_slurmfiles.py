@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import stat
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import jobnotebooks as nbs
 import pytest
+from slurmcluster import needs_slurm, running_cluster
 
 from jupyter_gpushare.backends.base import RunHandle, RunSpec
 from jupyter_gpushare.backends.slurm import STATUS_MAX_BYTES, SlurmBackend
@@ -272,3 +276,40 @@ def test_a_forged_slurm_id_in_the_attempt_folder_is_never_cancelled(
     cancelled = [c for c in fake.calls if os.path.basename(c[0]) == "scancel"]
     assert cancelled and all(c[-1] == handle.ref["slurm_job_id"] for c in cancelled), cancelled
 
+
+
+# -- on a real Slurm cluster: the user's job writes its log in the root-owned job folder ----------
+
+
+@pytest.mark.slow
+@needs_slurm
+def test_on_a_real_cluster_the_users_job_appends_to_its_log_in_roots_job_folder() -> None:
+    """The one thing the layout bets on: ``slurmstepd`` opens ``--output`` as the user, who
+    can append to the log file the broker handed over although the job folder is root's
+    0711. ``sbatch`` runs as ``nobody``; the batch script's "python" is ``/bin/echo`` (the
+    venv is not readable by ``nobody`` here), so the log says what the runner was given."""
+    base = Path(tempfile.mkdtemp(prefix="gs-slurmfiles-", dir="/tmp"))
+    base.chmod(0o755)  # nobody must traverse to the jobs folder, as on a shared filesystem
+    try:
+        with running_cluster(nodes=["sl-u-0"], gpus_per_node=1, shards_per_gpu=4) as cluster:
+            backend = SlurmBackend(jobs_dir=str(base / "jobs"), slurm_conf=cluster.conf_path,
+                                   python="/bin/echo", min_poll_interval_s=0.2)
+            backend.run_as = "user"
+            (base / "home" / "nobody").mkdir(parents=True)
+            spec = _spec(base)
+            handle = backend.submit(RunSpec(**{**spec.__dict__, "grant": dict(
+                GRANT, node="sl-u-0", gpus=[{"uuid": "GPU-sim-sl-u-0-0",
+                                             "compute_pct": 100.0}])}))
+            deadline = time.monotonic() + 60
+            while backend.poll(handle).alive:
+                assert time.monotonic() < deadline, backend.poll(handle)
+                time.sleep(0.3)
+            sid = handle.ref["slurm_job_id"]
+            text = cluster.run("scontrol", "show", "job", "-o", sid).stdout
+            fields = dict(w.partition("=")[::2] for w in text.split() if "=" in w)
+            jobdir = base / "jobs" / JOB
+            log = (jobdir / "log.txt").read_text()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    assert fields["UserId"].startswith("nobody(") and fields["JobState"] == "COMPLETED", fields
+    assert f"-m jupyter_gpushare.backends.papermill_run {jobdir / 'attempt-1'}" in log, log
