@@ -98,6 +98,9 @@ c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = PORT
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = int(os.environ.get("GPUSHARE_DEMO_HUB_PORT", "8081"))
+PROXY_API_PORT = int(os.environ.get("GPUSHARE_DEMO_PROXY_API_PORT", "8001"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{PROXY_API_PORT}"
+BROKER_PORT = int(os.environ.get("GPUSHARE_DEMO_BROKER_PORT", "10101"))
 c.JupyterHub.db_url = f"sqlite:///{DATA / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(DATA / "jupyterhub_cookie_secret")
 c.JupyterHub.pid_file = str(DATA / "jupyterhub.pid")
@@ -116,7 +119,10 @@ c.JupyterHub.allow_named_servers = True
 # ---------------------------------------------------------------- gpushare
 # set before setup_gpushare: batch jobs deliver their notebooks into the same folders
 c.SimpleLocalProcessSpawner.home_dir_template = str(DATA / "home" / "{username}")
-setup_gpushare(c, str(POLICY), spawner="simple", data_dir=str(DATA), admin_users=[ADMIN])
+setup_gpushare(
+    c, str(POLICY), spawner="simple", data_dir=str(DATA), admin_users=[ADMIN],
+    broker_port=BROKER_PORT,
+)
 c.GPUShareSpawner.policy_file = str(POLICY)
 
 # ---------------------------------------------------------------- single-user servers
