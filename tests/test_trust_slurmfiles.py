@@ -262,6 +262,22 @@ def test_a_plain_status_json_still_ends_the_attempt(
     assert status.finished and status.exit_code == 0 and status.output_path == "x"
 
 
+def test_a_status_json_of_the_wrong_types_ends_the_attempt_as_failed(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    """status.json is in the job's own folder: its values are not believed as typed."""
+    backend, fake = slurm
+    handle = backend.submit(_spec(tmp_path))
+    _ended(fake, handle.ref["slurm_job_id"])
+    (tmp_path / "jobs" / JOB / "attempt-1" / "status.json").write_text(json.dumps({
+        "exit_code": "0; rm -rf", "error": "x" * 5000, "output_path": ["/etc/shadow"],
+        "started_at": "yesterday", "terminated": "yes"}))
+    status = backend.poll(handle)
+    assert (status.finished, status.exit_code, status.output_path, status.started_at,
+            status.terminated) == (True, 1, None, None, False)
+    assert status.error == {"summary": "x" * 500}
+
+
 def test_a_forged_slurm_id_in_the_attempt_folder_is_never_cancelled(
     slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
 ) -> None:

@@ -406,7 +406,12 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     def _is_named(self, slurm_id: str, name: str) -> bool:
         """Whether Slurm's job ``slurm_id`` is ``name`` (one slurmctld forgot is taken:
         nothing can be signalled through it)."""
-        job = self._show_job(slurm_id)
+        try:
+            job = self._show_job(slurm_id)
+        except SlurmCommandError as exc:
+            self.log.warning("cannot check slurm_id %s (%s): found by name instead", slurm_id,
+                             exc)
+            return False
         if job is None or job.name == name:
             return True
         self.log.warning("slurm_id %s is Slurm's job %r, not %r: ignored", slurm_id,

@@ -156,6 +156,30 @@ def pending_text(job: SlurmJob) -> str:
     return text + (f", {why})" if why else ")")
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def result_status(result: dict[str, Any]) -> RunStatus:
+    """The finished run that the runner's ``status.json`` describes. The file is in the
+    job's own folder, so nothing in it is believed as typed: an exit code that is no
+    integer is 1, an error that is no object becomes its text (cut), times that are no
+    numbers are dropped."""
+    code = result.get("exit_code", 1)
+    exit_code = code if isinstance(code, int) and not isinstance(code, bool) else 1
+    error = result.get("error")
+    if error is not None and not isinstance(error, dict):
+        error = {"summary": str(error)[:500]}
+    out = result.get("output_path")
+    return RunStatus(
+        alive=False, finished=True, exit_code=exit_code, error=error,
+        output_path=out if isinstance(out, str) else None,
+        started_at=_number(result.get("started_at")), ended_at=_number(result.get("ended_at")),
+        terminated=result.get("terminated") is True,
+    )
+
+
 def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
                 launched: bool) -> RunStatus:
     """The run's status from Slurm's view (``job``, None when slurmctld no longer knows
@@ -172,13 +196,7 @@ def status_from(job: SlurmJob | None, result: dict[str, Any] | None,
     if job is not None and job.state == "COMPLETING" and result is None:
         return RunStatus(alive=True)  # the batch step is ending; the result comes next
     if result is not None:
-        return RunStatus(
-            alive=False, finished=True,
-            exit_code=int(result.get("exit_code", 1)),
-            error=result.get("error"), output_path=result.get("output_path"),
-            started_at=result.get("started_at"), ended_at=result.get("ended_at"),
-            terminated=bool(result.get("terminated")),
-        )
+        return result_status(result)
     if job is None:
         return RunStatus(alive=False, exit_code=None, error={
             "summary": "the Slurm job is gone (slurmctld no longer knows it) without a result"})
