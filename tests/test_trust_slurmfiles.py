@@ -44,7 +44,7 @@ class Slurm:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.jobs: dict[str, tuple[str, str]] = {}
-        self.by_name: dict[str, str] = {}
+        self.by_name: dict[str, list[tuple[str, str]]] = {}  # name -> [(id, user)]
         self.next_id = 4242
 
     def __call__(self, argv: list[str], *, env: dict[str, str] | None = None,
@@ -56,14 +56,16 @@ class Slurm:
             name = next(a for a in argv if a.startswith("--job-name=")).split("=", 1)[1]
             out = str(self.next_id)
             self.jobs[out] = (name, "RUNNING")
-            self.by_name[name] = out
+            user = argv[2] if argv[0] == "runuser" else "root"
+            self.by_name.setdefault(name, []).append((out, user))
             self.next_id += 1
         elif "scontrol" in base and argv[-1] in self.jobs:
             name, state = self.jobs[argv[-1]]
             out = f"JobId={argv[-1]} JobName={name} JobState={state} Reason=None"
         elif "squeue" in base:
             name = next(a for a in argv if a.startswith("--name=")).split("=", 1)[1]
-            out = self.by_name.get(name, "")
+            users = [a.split("=", 1)[1] for a in argv if a.startswith("--user=")]
+            out = " ".join(i for i, u in self.by_name.get(name, []) if not users or u in users)
         return subprocess.CompletedProcess(argv, 0, out, "")
 
     def sbatches(self) -> list[list[str]]:
@@ -218,6 +220,21 @@ def test_submit_of_a_launched_attempt_is_not_sbatched_again(
     first = backend.submit(_spec(tmp_path))
     again = backend.submit(_spec(tmp_path))
     assert again.ref["slurm_job_id"] == first.ref["slurm_job_id"] == "4242"
+    assert len(fake.sbatches()) == 1
+
+
+def test_a_job_found_by_name_is_the_users_own_not_one_named_so_by_another(
+    slurm: tuple[SlurmBackend, Slurm], tmp_path: Path
+) -> None:
+    """The broker died between sbatch and writing slurm_id: the job is found by its name
+    in squeue, among the user's own jobs (another user may name a job so)."""
+    backend, fake = slurm
+    first = backend.submit(_spec(tmp_path))
+    name = "gpushare-j-slurm-trust-a1"
+    fake.jobs["9999"] = (name, "RUNNING")
+    fake.by_name[name].append(("9999", "mallory"))
+    (tmp_path / "jobs" / JOB / "attempt-1" / "slurm_id").unlink()
+    assert backend.submit(_spec(tmp_path)).ref["slurm_job_id"] == first.ref["slurm_job_id"]
     assert len(fake.sbatches()) == 1
 
 

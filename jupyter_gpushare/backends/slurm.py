@@ -34,7 +34,8 @@ names the path (the broker's job loop fails the job with it: ``could not start: 
 .../attempt-2 is a symbolic link ...``), before anything is created, written or handed
 over through it. ``status.json`` and ``slurm_id`` are read the same way with a size bound,
 and a Slurm id read from the user's attempt folder is only used (to ``scancel``) when
-Slurm names that job ``gpushare-<job>-a<n>``. ``spec.json`` carries ``output_root`` (the
+Slurm names that job ``gpushare-<job>-a<n>`` (found by name, only the user's own jobs count:
+anyone may name a Slurm job so). ``spec.json`` carries ``output_root`` (the
 user's root) and ``output_rel``, so the runner delivers the executed notebook by walking
 down from the user's root without following a link, as on the local backend.
 
@@ -337,10 +338,13 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             self._jobs[slurm_id] = (now, job)
         return job
 
-    def _by_name(self, name: str) -> str | None:
-        """The id of the newest Slurm job named ``name`` that slurmctld still knows."""
-        done = self._cmd([self.squeue, "-h", "--states=all", f"--name={name}", "-o", "%i"],
-                         check=False)
+    def _by_name(self, name: str, user: str = "") -> str | None:
+        """The id of the newest Slurm job named ``name`` that slurmctld still knows (of
+        ``user`` where jobs run as the user: anyone may name a Slurm job so)."""
+        argv = [self.squeue, "-h", "--states=all", f"--name={name}", "-o", "%i"]
+        if self.run_as == "user" and user:
+            argv.append(f"--user={user}")
+        done = self._cmd(argv, check=False)
         ids = [w for w in done.stdout.split() if w.isdigit()]
         return max(ids, key=int) if ids else None
 
@@ -378,16 +382,17 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             return None
         return refusal(gres, node, nodes, self._partition())
 
-    def _find(self, job_id: str, attempt: int) -> str | None:
+    def _find(self, job_id: str, attempt: int, user: str = "") -> str | None:
         """The Slurm id of an attempt (None: never submitted, or its folder is unsafe)."""
         try:
             folder = self.job_folder(job_id, _attempt_name(attempt))
         except OSError:
             return None
         with folder:
-            return self._find_in(folder, job_id, attempt)
+            return self._find_in(folder, job_id, attempt, user)
 
-    def _find_in(self, folder: Folder, job_id: str, attempt: int) -> str | None:
+    def _find_in(self, folder: Folder, job_id: str, attempt: int, user: str = ""
+                 ) -> str | None:
         """The Slurm id in the attempt folder's ``slurm_id`` (the user's folder: used only
         when Slurm names that job as this attempt), else found by name in ``squeue``."""
         name = job_name(job_id, attempt)
@@ -397,7 +402,7 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
                 return text
         if not folder.exists("launched"):
             return None
-        found = self._by_name(name)
+        found = self._by_name(name, user)
         if found:  # the broker died between sbatch and writing slurm_id
             with contextlib.suppress(OSError):
                 folder.write_atomic("slurm_id", found.encode())
@@ -419,7 +424,8 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         return False
 
     def _handle(self, spec: RunSpec, adir: Path, slurm_id: str | None) -> RunHandle:
-        ref: dict[str, Any] = {"dir": str(adir), "name": job_name(spec.job_id, spec.attempt)}
+        ref: dict[str, Any] = {"dir": str(adir), "name": job_name(spec.job_id, spec.attempt),
+                               "user": spec.user}
         if slurm_id:
             ref["slurm_job_id"] = slurm_id
         return RunHandle(self.name, spec.job_id, spec.attempt, ref)
@@ -440,7 +446,7 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             _keep_broker_owned(jdir)
             attempt = stack.enter_context(jdir.child(
                 _attempt_name(spec.attempt), create=True, mode=0o755, owner=owner))
-            existing = self._find_in(attempt, spec.job_id, spec.attempt)
+            existing = self._find_in(attempt, spec.job_id, spec.attempt, spec.user)
             if existing or attempt.exists("launched"):
                 return self._handle(spec, adir, existing)  # never a second run of one attempt
             jdir.child("checkpoint", create=True, mode=0o700, owner=owner).close()
@@ -487,7 +493,7 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         sid = handle.ref.get("slurm_job_id")
         if sid:
             return str(sid)
-        return self._find(handle.job_id, handle.attempt)
+        return self._find(handle.job_id, handle.attempt, str(handle.ref.get("user") or ""))
 
     def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
         """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
