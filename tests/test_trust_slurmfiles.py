@@ -9,6 +9,7 @@ the ``spec.json`` and the ``sbatch`` line. The broker runs as root here (as for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pwd
@@ -22,11 +23,16 @@ from pathlib import Path
 
 import jobnotebooks as nbs
 import pytest
+from brokerkit import call, start_broker, static_tokens
 from slurmcluster import needs_slurm, running_cluster
+from traitlets.config import Config
 
 from jupyter_gpushare.backends.base import RunHandle, RunSpec
 from jupyter_gpushare.backends.slurm import STATUS_MAX_BYTES, SlurmBackend
+from jupyter_gpushare.policy import load_policy
 from jupyter_gpushare.userfiles import UnsafeFile
+
+POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"
 
 NOBODY = pwd.getpwnam("nobody")
 JOB = "j-slurm-trust"
@@ -309,6 +315,54 @@ def test_a_forged_slurm_id_in_the_attempt_folder_is_never_cancelled(
     cancelled = [c for c in fake.calls if os.path.basename(c[0]) == "scancel"]
     assert cancelled and all(c[-1] == handle.ref["slurm_job_id"] for c in cancelled), cancelled
 
+
+
+# -- the broker's side: the attempt fails with the reason ---------------------------------------
+
+
+async def test_the_broker_fails_a_job_whose_attempt_folder_is_a_link_naming_it(
+    tmp_path: Path
+) -> None:
+    """Through a real broker with the Slurm backend (its Slurm commands recorded): the
+    attempt folder appears as a link just before the backend makes it; the job fails with
+    the path in its reason, nothing is submitted or made there, its grant is released."""
+    config = Config()
+    config.JobManager.backend_class = SlurmBackend
+    config.JobManager.jobs_dir = str(tmp_path / "jobs")
+    config.JobManager.user_root_template = str(tmp_path / "home" / "{username}")
+    (tmp_path / "home" / "alice").mkdir(parents=True)
+    app = await start_broker(load_policy(str(POLICY)), f"sqlite:///{tmp_path}/jobs.sqlite",
+                             static_tokens({"alice": ["vision"]}), config=config)
+    try:
+        backend = app.jobs.backend
+        fake = Slurm()
+        backend._cmd = fake
+        backend.refusal = lambda spec: None  # the node list is not the point here
+        target = _target(tmp_path)
+        before = _snapshot(target)
+        real_submit = backend.submit
+
+        def racing_submit(spec: RunSpec) -> RunHandle:
+            backend.job_dir(spec.job_id).mkdir(parents=True, exist_ok=True)
+            backend.attempt_dir(spec.job_id, spec.attempt).symlink_to(target)
+            return real_submit(spec)
+
+        backend.submit = racing_submit
+        status, job = await call(app, "POST", "/jobs", "tok-alice-srv", {
+            "notebook": nbs.simple(), "profile": "job-1gpu", "max_runtime": 300})
+        assert status == 201, job
+        for _ in range(300):
+            status, job = await call(app, "GET", f"/jobs/{job['id']}", "tok-alice")
+            if job["state"] in ("failed", "succeeded", "cancelled"):
+                break
+            await asyncio.sleep(0.1)
+        assert job["state"] == "failed", job
+        where = backend.attempt_dir(job["id"], 1)
+        assert f"{where} is a symbolic link" in job["reason"], job["reason"]
+        assert _snapshot(target) == before and fake.sbatches() == []
+        assert not app.broker.state.grants
+    finally:
+        await app.stop_async()
 
 
 # -- on a real Slurm cluster: the user's job writes its log in the root-owned job folder ----------
