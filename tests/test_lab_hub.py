@@ -90,6 +90,9 @@ c.Spawner.environment.update({json.dumps(env)})
         work.mkdir(parents=True)
         (work / "demo.ipynb").write_text(json.dumps(nbs.simple()))
         (work / "fails.ipynb").write_text(json.dumps(nbs.raising()))
+        no_kernel = nbs.simple()
+        no_kernel["metadata"].pop("kernelspec", None)
+        (work / "nokernel.ipynb").write_text(json.dumps(no_kernel))
         yield hub
         for user in ("alice", "amy", "bob", "bea"):
             h.api("DELETE", f"/users/{user}/server")
@@ -135,6 +138,17 @@ def test_submit_dialog_runs_a_job_to_completion_and_opens_its_output(
     assert "Job on 1 GPU" in text and "team vision" in text, text
     assert 'greeting = "hello"' in text or "greeting = 'hello'" in text, text  # parameters cell
     dialog.locator("select[name=profile]").select_option("job-1gpu")
+    # the default runtime is one this profile allows (the dialog offered 240 min for a
+    # 120 min profile, and the broker refused its own default)
+    default_min = int(dialog.locator("input[name=max_runtime]").input_value())
+    assert 1 <= default_min <= 60, default_min
+    # ... and, at a preemptible priority without checkpoints, one that needs none (research:
+    # checkpoints required past 10 min); ticking the box lets it grow to the profile's 60
+    assert dialog.locator("select[name=priority]").input_value() == "research"
+    assert int(dialog.locator("input[name=max_runtime]").input_value()) == 10
+    dialog.locator("input[name=checkpoint]").check()
+    assert int(dialog.locator("input[name=max_runtime]").input_value()) == 60
+    dialog.locator("input[name=checkpoint]").uncheck()
     prios = dialog.locator("select[name=priority] option").evaluate_all(
         "os => os.map(o => o.value)")
     assert set(prios) == {"research", "training"}, prios
@@ -260,6 +274,29 @@ def test_refused_submission_shows_the_broker_reason(hub: Hub, chrome: Any) -> No
     assert page.locator("select[name=profile]").input_value() == "debug-quarter"
     screenshot(page, "lab_submit_refused", ".jp-gpushare-submit-dialog .jp-Dialog-content")
     page.locator(".jp-gpushare-submit-dialog .jp-mod-reject").click()
+    page.context.close()
+
+
+def test_a_notebook_without_kernel_is_named_before_submitting(hub: Hub, chrome: Any) -> None:
+    """The dialog says the notebook names no kernel and keeps itself open: nothing is sent
+    (the broker would refuse it; before that, it held a GPU share and failed 20 s later)."""
+    hub.spawn("alice", "debug-eighth")
+    page = login(chrome, hub, "alice", "lab/tree/work")
+    item = page.locator(".jp-DirListing-item[data-file-type='notebook']", has_text="nokernel")
+    item.wait_for(timeout=30000)
+    item.click(button="right")
+    page.locator(".lm-Menu-item", has_text="Submit as Batch Job").click()
+    dialog = page.locator(".jp-gpushare-submit-dialog")
+    dialog.wait_for(timeout=30000)
+    err = dialog.locator("[data-field=notebook] .jp-gpushare-field-error")
+    assert "names no kernel" in err.inner_text(), dialog.inner_text()
+    dialog.locator("select[name=profile]").select_option("job-1gpu")
+    dialog.locator(".jp-mod-accept").click()
+    assert "names no kernel" in err.inner_text()
+    assert page.locator(".jp-gpushare-submit-result").count() == 0
+    assert dialog.is_visible()
+    screenshot(page, "lab_submit_no_kernel", ".jp-gpushare-submit-dialog .jp-Dialog-content")
+    dialog.locator(".jp-mod-reject").click()
     page.context.close()
 
 

@@ -174,8 +174,20 @@ class JobOptionsHandler(_JobsHandler):
             if nb is None:
                 return
             options["notebook"] = {"path": nb["path"], "name": nb["name"],
+                                   "kernelspec": kernelspec_of(nb["content"]),
                                    **parameters_cell(nb["content"])}
         self.finish(json.dumps(options))
+
+
+def kernelspec_of(nb: dict[str, Any]) -> dict[str, str] | None:
+    """The notebook's kernel (``metadata.kernelspec``: name and display name), or None when it
+    names none: the broker refuses such a notebook, so the submit dialog says so first."""
+    spec = (nb.get("metadata") or {}).get("kernelspec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        return None
+    shown = spec.get("display_name")
+    return {"name": spec["name"][:255],
+            "display_name": (shown if isinstance(shown, str) else spec["name"])[:255]}
 
 
 def parameters_cell(nb: dict[str, Any]) -> dict[str, Any]:

@@ -59,6 +59,7 @@ export interface IJobOptions {
   notebook: {
     path: string;
     name: string;
+    kernelspec: { name: string; display_name: string } | null;
     parameters_cell: string | null;
     parameters: INotebookParameter[];
   } | null;

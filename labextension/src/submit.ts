@@ -49,6 +49,9 @@ function availabilityText(p: IJobProfile, team: string): string {
   return `${head}; beyond what the team may use now (queues; a pool without queue refuses)`;
 }
 
+const NO_KERNEL =
+  'This notebook names no kernel (metadata.kernelspec): open it, choose a kernel, save, then submit.';
+
 export interface IFormValue {
   value: ISubmit;
   errors: Record<string, string>;
@@ -110,6 +113,8 @@ export class SubmitForm extends Widget {
     this._runtime.value = String(
       prev?.max_runtime ? Math.round(prev.max_runtime / 60) : Math.round(o.limits.default_max_runtime / 60)
     );
+    this._runtimeTyped = !!prev?.max_runtime;
+    this._runtime.addEventListener('input', () => (this._runtimeTyped = true));
     this._runtimeHelp = this.field('max_runtime', 'Maximum runtime (minutes)', this._runtime, ' ');
     this._checkpoint.type = 'checkbox';
     this._checkpoint.name = 'checkpoint';
@@ -122,6 +127,11 @@ export class SubmitForm extends Widget {
     );
     // parameters: the notebook's parameters cell, one input per parameter
     const nb = o.notebook;
+    if (nb && !nb.kernelspec) {
+      // the broker refuses a notebook that names no kernel: say so before submitting
+      this.field('notebook', 'Kernel', h('span', {}, 'none'));
+      this._errors.notebook.textContent = NO_KERNEL;
+    }
     const params = h('div', { class: 'jp-gpushare-params' });
     if (nb?.parameters_cell) {
       params.append(h('pre', { class: 'jp-gpushare-params-cell' }, nb.parameters_cell));
@@ -160,7 +170,11 @@ export class SubmitForm extends Widget {
     }
     this._team.addEventListener('change', () => this.fillProfiles(null));
     this._profile.addEventListener('change', () => this.fillPriorities(null));
-    this._priority.addEventListener('change', () => this.refreshHelp());
+    this._priority.addEventListener('change', () => {
+      this.defaultRuntime();
+      this.refreshHelp();
+    });
+    this._checkpoint.addEventListener('change', () => this.defaultRuntime());
     this._runtime.addEventListener('input', () => this.refreshHelp());
     this.fillProfiles(prev);
     // errors shown go away as soon as the value is fixed
@@ -214,7 +228,23 @@ export class SubmitForm extends Widget {
       this._priority.append(h('option', { value: name }, label));
     }
     this._priority.value = prev?.priority && allowed.includes(prev.priority) ? prev.priority : p?.priority || '';
+    this.defaultRuntime();
     this.refreshHelp();
+  }
+
+  /** Until the user types a runtime, the default is one the choices made allow: within the
+   * profile's maximum and, for a preemptible priority without checkpoints, within the length
+   * that would require them (a default the broker or the form refuses is no default). */
+  private defaultRuntime(): void {
+    if (this._runtimeTyped) {
+      return;
+    }
+    let def = Math.min(this.options.limits.default_max_runtime, this.maxRuntimeS());
+    const pc = this.options.priorities.find(c => c.name === this._priority.value);
+    if (pc?.preemptible && pc.checkpoint_required_after_s && !this._checkpoint.checked) {
+      def = Math.min(def, pc.checkpoint_required_after_s);
+    }
+    this._runtime.value = String(Math.max(1, Math.floor(def / 60)));
   }
 
   private maxRuntimeS(): number {
@@ -251,6 +281,9 @@ export class SubmitForm extends Widget {
     }
     if (this._priority.value) {
       value.priority = this._priority.value;
+    }
+    if (this.options.notebook && !this.options.notebook.kernelspec) {
+      errors.notebook = NO_KERNEL;
     }
     const minutes = Number(this._runtime.value);
     if (!Number.isFinite(minutes) || minutes <= 0 || !Number.isInteger(minutes)) {
@@ -321,6 +354,7 @@ export class SubmitForm extends Widget {
   private _profile = h('select');
   private _priority = h('select');
   private _runtime = h('input');
+  private _runtimeTyped = false;
   private _checkpoint = h('input');
   private _extra = h('textarea');
   private _backend = h('select');
