@@ -28,6 +28,8 @@ COMMAND_MODULES: list[str] = [
     "jupyter_gpushare.planner.command",
     "jupyter_gpushare.jobs_cli",
     "jupyter_gpushare.export.command",
+    "jupyter_gpushare.grafana.command",
+    "jupyter_gpushare.whatif.command",
 ]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 
