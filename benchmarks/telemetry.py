@@ -36,8 +36,9 @@ import time
 from typing import Any
 
 from jupyter_gpushare.telemetry.attribution import attribute, collect_process_tree
+from jupyter_gpushare.telemetry.factory import make_sampler
 from jupyter_gpushare.telemetry.grant import GrantInfo
-from jupyter_gpushare.telemetry.sampler import Sampler, make_sampler
+from jupyter_gpushare.telemetry.sampler import Sampler
 
 
 def _cpu() -> float:

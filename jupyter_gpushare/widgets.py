@@ -27,9 +27,10 @@ from typing import Any
 import ipywidgets as w
 
 from .telemetry.attribution import attribute, collect_process_tree
+from .telemetry.factory import make_sampler
 from .telemetry.grant import MIB_PER_GIB, GrantInfo
 from .telemetry.model import Sample
-from .telemetry.sampler import Sampler, make_sampler
+from .telemetry.sampler import Sampler
 
 Notices = Callable[[], list[dict[str, Any]]]
 

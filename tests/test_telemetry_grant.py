@@ -59,7 +59,7 @@ def test_garbage_numbers_are_absent_not_crashes() -> None:
 
 
 def test_card_memory_from_the_spawner_scales_the_simulated_gpus() -> None:
-    from jupyter_gpushare.telemetry.sampler import make_sampler
+    from jupyter_gpushare.telemetry.factory import make_sampler
 
     g = GrantInfo.from_env({**ENV, "GPUSHARE_GPU_MEMORY_MIB": "144384",
                             "GPUSHARE_GPU_UUIDS": "GPU-sim-a-0"})

@@ -11,15 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from jupyter_gpushare.telemetry.factory import AutoSampler, make_sampler, underlying
 from jupyter_gpushare.telemetry.model import Sample
 from jupyter_gpushare.telemetry.nvml import NVMLSampler, NVMLUnavailable, probe_nvml
-from jupyter_gpushare.telemetry.sampler import (
-    AutoSampler,
-    RingBuffer,
-    capacity_for,
-    make_sampler,
-    underlying,
-)
+from jupyter_gpushare.telemetry.sampler import RingBuffer, capacity_for
 from jupyter_gpushare.telemetry.simulated import SimulatedSampler
 
 HAS_GPU, GPU_REASON = probe_nvml()

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from jupyter_gpushare.telemetry.amd import AMDSMISampler, AMDSMIUnavailable
+from jupyter_gpushare.telemetry.factory import AutoSampler, make_sampler
 from jupyter_gpushare.telemetry.metax import MetaXSMISampler, MXSMIUnavailable, parse_mx_smi
-from jupyter_gpushare.telemetry.sampler import AutoSampler, make_sampler
 
 DATA = Path(__file__).parent / "data" / "vendors"
 
@@ -84,7 +84,7 @@ def amdsmi(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
 
 
 def test_amd_module_never_imports_amdsmi_at_import_time() -> None:
-    code = ("import sys, jupyter_gpushare.telemetry.amd, jupyter_gpushare.telemetry.sampler;"
+    code = ("import sys, jupyter_gpushare.telemetry.amd, jupyter_gpushare.telemetry.factory;"
             "import jupyter_gpushare.telemetry.metax;"
             "print('amdsmi' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

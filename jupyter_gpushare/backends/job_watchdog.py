@@ -25,8 +25,9 @@ from collections.abc import Mapping
 import psutil
 
 from ..telemetry.attribution import KernelInfo, attribute, collect_process_tree
+from ..telemetry.factory import make_sampler
 from ..telemetry.grant import GrantInfo
-from ..telemetry.sampler import Sampler, make_sampler
+from ..telemetry.sampler import Sampler
 from ..telemetry.simulated import SimulatedSampler
 from ..telemetry.watchdog import LimitWatchdog, watchdog_applies
 

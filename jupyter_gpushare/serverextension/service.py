@@ -27,10 +27,11 @@ from ..telemetry.attribution import (
     collect_process_tree,
 )
 from ..telemetry.broker_link import BrokerAnswer, BrokerLink, heartbeat_body
+from ..telemetry.factory import make_sampler, underlying
 from ..telemetry.grant import GrantInfo
 from ..telemetry.hints import LowUtilHint, UsagePoint, low_util_hints, usage_points
 from ..telemetry.model import Sample
-from ..telemetry.sampler import Sampler, capacity_for, make_sampler, underlying
+from ..telemetry.sampler import Sampler, capacity_for
 from ..telemetry.simulated import SimulatedSampler
 from ..telemetry.watchdog import ACTIONS, LimitWatchdog, Violation, watchdog_applies
 from .kernel_messages import run_in_kernel, watcher_code

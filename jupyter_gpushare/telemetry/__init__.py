@@ -4,8 +4,9 @@ Nothing here calls NVML at import time; samplers open NVML in their own backgrou
 thread, so the Jupyter server's event loop never blocks on the driver.
 """
 
+from .factory import make_sampler
 from .model import GPUSample, MIGSample, ProcessSample, Sample
-from .sampler import RingBuffer, Sampler, make_sampler
+from .sampler import RingBuffer, Sampler
 
 __all__ = [
     "GPUSample",
