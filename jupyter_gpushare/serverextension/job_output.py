@@ -36,14 +36,14 @@ from tornado.iostream import StreamClosedError
 
 from ..disposition import attachment
 from ..userfiles import UnsafeFile, open_file_under
-from .jobs import _JobsHandler, _maybe_await
+from .job_relay import JobsRelayHandler, maybe_await
 
 DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024 * 1024
 RELAY_CHUNK = 4 * 1024 * 1024  # bytes of the broker's notebook asked for (and held) at a time
 STREAM_CHUNK = 256 * 1024  # bytes of a file in the user's files read and sent at a time
 
 
-class JobOutputHandler(_JobsHandler):
+class JobOutputHandler(JobsRelayHandler):
     """The executed notebook (see the module docstring)."""
 
     @web.authenticated
@@ -141,7 +141,7 @@ class JobOutputHandler(_JobsHandler):
         cm = self.contents_manager
         limit = int(self.settings.get("gpushare_max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES))
         try:
-            model = await _maybe_await(cm.get(rel, content=False, type="file"))
+            model = await maybe_await(cm.get(rel, content=False, type="file"))
         except web.HTTPError as exc:
             if exc.status_code != 404:
                 raise

@@ -22,117 +22,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import posixpath
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.base.handlers import APIHandler
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.iostream import StreamClosedError
 
-AUTH_RESOURCE = "gpushare"
+from .job_output import JobOutputHandler
+from .job_relay import JobsRelayHandler, broker_base, server_token
+
 FIELDS = ("profile", "priority", "max_runtime", "checkpoint", "parameters", "team",
           "output_path", "backend")
 
 
-def broker_base() -> str:
-    return os.environ.get("GPUSHARE_BROKER_URL", "").rstrip("/")
-
-
-def _token() -> str:
-    return os.environ.get("JUPYTERHUB_API_TOKEN", "")
-
-
-class _JobsHandler(ExtensionHandlerMixin, APIHandler):
-    auth_resource = AUTH_RESOURCE
-
-    def _fail(self, status: int, message: str, field: str | None = None) -> None:
-        self.set_status(status)
-        body: dict[str, Any] = {"error": message}
-        if field:
-            body["field"] = field
-        self.finish(json.dumps(body))
-
-    async def broker(
-        self, method: str, path: str, body: Any = None, timeout: float = 30.0,
-    ) -> tuple[int, bytes, str]:
-        status, data, headers = await self.broker_call(method, path, body, timeout)
-        return status, data, headers.get("Content-Type", "application/json")
-
-    async def broker_call(
-        self, method: str, path: str, body: Any = None, timeout: float = 30.0,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes, dict[str, str]]:
-        """One call to the broker with this server's token: status, body, headers (a
-        broker that cannot be reached is a 503 naming why)."""
-        base = broker_base()
-        json_type = {"Content-Type": "application/json"}
-        if not base:
-            return 503, json.dumps({"error": "no gpushare broker configured "
-                                    "(GPUSHARE_BROKER_URL)"}).encode(), json_type
-        req = HTTPRequest(
-            base + path, method=method,
-            headers={"Authorization": f"token {_token()}", "Content-Type": "application/json",
-                     **(headers or {})},
-            body=None if body is None else json.dumps(body),
-            allow_nonstandard_methods=True, request_timeout=timeout,
-        )
-        try:
-            resp = await AsyncHTTPClient().fetch(req, raise_error=False)
-        except (OSError, HTTPClientError, StreamClosedError) as exc:
-            why = json.dumps({"error": f"cannot reach the gpushare broker: {exc}"})
-            return 503, why.encode(), json_type
-        if resp.code == 599:
-            return 503, json.dumps({"error": f"cannot reach the gpushare broker: "
-                                    f"{resp.error}"}).encode(), json_type
-        got = {k: v for k, v in resp.headers.get_all()}
-        got.setdefault("Content-Type", "application/json")
-        return resp.code, resp.body or b"", got
-
-    async def relay(self, method: str, path: str, body: Any = None) -> None:
-        status, data, ctype = await self.broker(method, path, body)
-        self.set_status(status)
-        self.finish(data, set_content_type=ctype)  # APIHandler would say JSON otherwise
-
-    async def read_notebook(self, path: Any) -> dict[str, Any] | None:
-        """The notebook at ``path`` in this server's files, or None after answering 4xx."""
-        if not isinstance(path, str) or not path.strip():
-            self._fail(400, "path is required: the notebook's path in your files", "path")
-            return None
-        norm = posixpath.normpath(path.strip().lstrip("/"))
-        if path.strip().startswith(("/", "~")) or norm == ".." or norm.startswith("../"):
-            self._fail(400, f"{path} is outside your files", "path")
-            return None
-        if not norm.endswith(".ipynb"):
-            self._fail(400, f"{path} is not a notebook (.ipynb)", "path")
-            return None
-        cm = self.contents_manager
-        try:
-            model = await _maybe_await(cm.get(norm, content=True, type="notebook"))
-        except web.HTTPError as exc:
-            if exc.status_code == 404:
-                self._fail(404, f"no notebook {norm} in your files", "path")
-            else:
-                self._fail(400, f"{norm} cannot be read as a notebook: {exc.log_message}", "path")
-            return None
-        except Exception as exc:  # noqa: BLE001 - a file that is not a notebook
-            self._fail(400, f"{norm} is not a valid notebook: {exc}", "path")
-            return None
-        return {"path": norm, "name": model["name"], "content": json.loads(json.dumps(
-            model["content"]))}
-
-
-async def _maybe_await(value: Any) -> Any:
-    if hasattr(value, "__await__"):
-        return await value
-    return value
-
-
-class JobsHandler(_JobsHandler):
+class JobsHandler(JobsRelayHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
@@ -157,7 +62,7 @@ class JobsHandler(_JobsHandler):
         await self.relay("GET", "/jobs")
 
 
-class JobOptionsHandler(_JobsHandler):
+class JobOptionsHandler(JobsRelayHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
@@ -216,7 +121,7 @@ def parameters_cell(nb: dict[str, Any]) -> dict[str, Any]:
     return {"parameters_cell": None, "parameters": []}
 
 
-class JobHandler(_JobsHandler):
+class JobHandler(JobsRelayHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
@@ -228,14 +133,14 @@ class JobHandler(_JobsHandler):
         await self.relay("DELETE", f"/jobs/{quote(job_id, safe='')}")
 
 
-class JobEventsHandler(_JobsHandler):
+class JobEventsHandler(JobsRelayHandler):
     @web.authenticated
     @authorized
     async def get(self, job_id: str) -> None:
         await self.relay("GET", f"/jobs/{quote(job_id, safe='')}/events")
 
 
-class JobLogHandler(_JobsHandler):
+class JobLogHandler(JobsRelayHandler):
     """The log as text (``offset``, ``tail``), or followed as server-sent events."""
 
     @web.authenticated
@@ -268,7 +173,7 @@ class JobLogHandler(_JobsHandler):
 
         req = HTTPRequest(
             broker_base() + path,
-            headers={"Authorization": f"token {_token()}", "Accept": "text/event-stream"},
+            headers={"Authorization": f"token {server_token()}", "Accept": "text/event-stream"},
             streaming_callback=chunk, request_timeout=24 * 3600.0,
         )
         with contextlib.suppress(OSError, HTTPClientError, StreamClosedError):
@@ -279,8 +184,6 @@ class JobLogHandler(_JobsHandler):
 
 def job_handlers() -> list[tuple[str, type]]:
     """Routes, relative to the server's base URL."""
-    from .job_output import JobOutputHandler
-
     return [
         (r"/gpushare/api/jobs", JobsHandler),
         (r"/gpushare/api/jobs/options", JobOptionsHandler),
