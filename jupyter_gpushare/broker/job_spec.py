@@ -4,20 +4,50 @@ the job, its notebook snapshot and its grant (enforcement variables, the grant's
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ..backends.base import RunSpec
 from ..core.model import Grant
-from .jobs import Job
-
-if TYPE_CHECKING:
-    from .job_runner import JobManager
+from .jobs import Job, JobStore
 
 ENV_PASSED = ("PATH", "LANG", "LC_ALL", "TZ", "PYTHONPATH", "VIRTUAL_ENV")
 """Variables of the broker's environment a job inherits (never its hub token)."""
 
 
-def build_run_spec(manager: JobManager, job: Job, grant: Grant, *, real_gpus: bool) -> RunSpec:
+class GrantViews(Protocol):
+    """The broker as an attempt sees it: the view of a grant it hands out."""
+
+    def grant_view(self, grant: Grant) -> dict[str, Any]: ...
+
+
+class AttemptSource(Protocol):
+    """What an attempt's spec is built from: the :class:`~.job_runner.JobManager` is one.
+    Named here, so this module does not import the runner that imports it."""
+
+    @property
+    def store(self) -> JobStore: ...
+
+    @property
+    def broker(self) -> GrantViews: ...
+
+    @property
+    def max_output_bytes(self) -> int: ...
+
+    @property
+    def mps(self) -> str: ...
+
+    @property
+    def mps_pipe_directory(self) -> str: ...
+
+    @property
+    def extra_env(self) -> dict[str, Any]: ...
+
+    def user_root(self, user: str) -> str: ...
+
+    def output_file(self, job: Job) -> str: ...
+
+
+def build_run_spec(manager: AttemptSource, job: Job, grant: Grant, *, real_gpus: bool) -> RunSpec:
     """The spec of the job's current attempt (reads its snapshot: call it off the loop)."""
     notebook = manager.store.notebook(job.id)
     out = manager.output_file(job)
@@ -40,7 +70,7 @@ def build_run_spec(manager: JobManager, job: Job, grant: Grant, *, real_gpus: bo
     )
 
 
-def job_env(manager: JobManager, grant: Grant, *, real_gpus: bool) -> dict[str, str]:
+def job_env(manager: AttemptSource, grant: Grant, *, real_gpus: bool) -> dict[str, str]:
     """The job's environment: a few of the broker's variables, the admin's ``extra_env``,
     then the grant's enforcement (as a local server gets it, without a broker URL)."""
     from ..broker.client import GrantInfo
