@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 from .app import GPUShareServerApp
 
 
