@@ -32,7 +32,7 @@ from test_prometheus import PROMETHEUS, _get, hub_and_broker  # noqa: F401 (a fi
 from jupyter_gpushare.cli import main as cli_main
 from jupyter_gpushare.grafana import dashboard, panels
 
-COMMITTED = REPO / "hub_config" / "grafana" / "gpushare-dashboard.json"
+COMMITTED = REPO / "jupyter_gpushare" / "grafana" / "gpushare-dashboard.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 FILTER_RE = re.compile(r'(gpushare_[a-z_]+)(\{job=~"\$job", instance=~"\$instance"[,}])?')
 
@@ -121,20 +121,38 @@ def test_the_dashboard_command_prints_it(tmp_path: Path) -> None:
     target = tmp_path / "d.json"
     assert cli_main(["dashboard", "-o", str(target)]) == 0
     assert target.read_text() == dashboard.render()
+    assert cli_main(["dashboard", "--rebuild", "-o", str(target)]) == 0
+    assert target.read_text() == dashboard.render()
 
 
-def test_the_command_says_how_to_install_the_sdk(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _without_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in sys.modules if n.split(".")[0] == "grafana_foundation_sdk"]:
         monkeypatch.setitem(sys.modules, name, None)  # as if not installed
     monkeypatch.delitem(sys.modules, "jupyter_gpushare.grafana.dashboard")
     monkeypatch.delattr("jupyter_gpushare.grafana.dashboard", raising=False)
-    assert cli_main(["dashboard"]) == 1
+
+
+def test_the_shipped_dashboard_prints_without_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _without_the_sdk(monkeypatch)
+    assert cli_main(["dashboard"]) == 0
+    assert capsys.readouterr().out == dashboard_text()
+
+
+def test_rebuild_says_how_to_install_the_sdk(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _without_the_sdk(monkeypatch)
+    assert cli_main(["dashboard", "--rebuild"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "pip install 'jupyter-gpushare[grafana]'" in captured.err
     assert "grafana-foundation-sdk" in captured.err
+
+
+def dashboard_text() -> str:
+    return COMMITTED.read_text()
 
 
 # --------------------------------------------------- every query, real Prometheus and broker

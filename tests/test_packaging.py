@@ -85,3 +85,9 @@ def test_the_server_extension_is_enabled_on_install(wheel: zipfile.ZipFile) -> N
 def test_vendored_kueue_crds_ship_with_their_licence() -> None:
     text = (ROOT / "tests/data/kueue/LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
+def test_the_grafana_dashboard_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    shipped = wheel.read("jupyter_gpushare/grafana/gpushare-dashboard.json")
+    assert shipped == (ROOT / "jupyter_gpushare/grafana/gpushare-dashboard.json").read_bytes()
+    assert json.loads(shipped)["templating"]["list"], "a dashboard without its variables"

@@ -1,6 +1,6 @@
 """The gpushare Grafana dashboard, built with Grafana's grafana-foundation-sdk.
 
-    jupyter-gpushare dashboard > gpushare-dashboard.json
+    jupyter-gpushare dashboard --rebuild -o jupyter_gpushare/grafana/gpushare-dashboard.json
 
 Import the JSON in Grafana (Dashboards -> Import). Its variables: ``datasource`` (any
 Prometheus data source; every panel and query refers to it by a uid object),
