@@ -26,6 +26,7 @@ fi
 export PATH="$PWD/.venv/bin:$PWD/hub_config/proxy/node_modules/.bin:$PATH"
 .venv/bin/ruff check jupyter_gpushare tests benchmarks
 .venv/bin/mypy
+.venv/bin/lint-imports  # import layers: [tool.importlinter] in pyproject.toml
 if [ "$#" -eq 0 ]; then
   # The whole suite: most tests wait on real processes (hubs, servers, Chromium, Slurm), so
   # several files run at once. A file's tests stay together on one worker (--dist loadfile):
