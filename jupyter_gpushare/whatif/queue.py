@@ -37,6 +37,7 @@ class ReplayQueue:
         self.per_user: Counter[str] = Counter()
         self.per_team: Counter[str] = Counter()
         self.sizes: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
+        self.version = 0  # changes with every add and pop
 
     def __contains__(self, request_id: object) -> bool:
         return request_id in self.by_id
@@ -51,6 +52,7 @@ class ReplayQueue:
         if req.id in self.by_id:
             self.pop(req.id)
         key = (-self.priority_of(req.priority), req.created_at, req.id)
+        self.version += 1
         self.by_id[req.id] = req
         self.keys[req.id] = key
         shape = self.shapes_of[req.id] = shape_of(req)
@@ -64,6 +66,7 @@ class ReplayQueue:
         if req is None:
             return None
         key = self.keys.pop(request_id)
+        self.version += 1
         shape = self.shapes_of.pop(request_id)
         group = self.groups[req.pool][shape]
         i = bisect.bisect_left(group, key)

@@ -195,6 +195,11 @@ class Replay:
         has_budget = any(q.gpu_hours_per_month is not None
                          for t in policy.teams for _, q in t.quotas)
         self.budgets = has_budget if budgets is None else budgets
+        self.pending_version = 0
+        self._waiting_cache: dict[str, tuple[tuple[int, int, int],
+                                             frozenset[tuple[str, str]]]] = {}
+        self.guarantees = {(t.name, pool): q.guaranteed_milli
+                           for t in policy.teams for pool, q in t.quotas}
 
     # -- the event loop -----------------------------------------------------------------------
 
@@ -250,30 +255,47 @@ class Replay:
     # -- facts --------------------------------------------------------------------------------
 
     def facts(self, now: float, req: Request, retry: bool = False) -> AdmissionFacts:
-        """The broker's :meth:`~jupyter_gpushare.broker.lifecycle.LifecycleMixin.facts`."""
+        """The broker's :meth:`~jupyter_gpushare.broker.lifecycle.LifecycleMixin.facts`.
+
+        Which teams wait inside their guarantee is read by the core only for a request
+        that would borrow (above its own guarantee): for one inside it, the set is left
+        empty, which changes no decision and saves a pass over the waiting teams."""
         key = (req.team, req.pool)
         hours = {key: self.ledger.hours(key, now)} if self.budgets else {}
+        if self._within_guarantee(req.team, req.pool, req.gpu.units_milli):
+            return AdmissionFacts(now=now, gpu_hours_used=hours, retry=retry)
+        return AdmissionFacts(now=now, gpu_hours_used=hours,
+                              waiting_within_guarantee=self._waiting(req.pool), retry=retry)
+
+    def _waiting(self, pool: str) -> frozenset[tuple[str, str]]:
+        """Teams with a queued or preempting request inside their guarantee in ``pool``.
+
+        The core reads this set for *other* teams only, so the broker's "excluding the
+        request itself" (which changes only the request's own team) is left out, and the
+        set is kept until the state, the queue or the preempting requests change."""
+        key = (self.state.version, self.queue.version, self.pending_version)
+        hit = self._waiting_cache.get(pool)
+        if hit is not None and hit[0] == key:
+            return hit[1]
         waiting: set[tuple[str, str]] = set()
-        pool = req.pool
         for team in self.queue.teams_waiting(pool):
-            smallest = self.queue.smallest_waiting(team, pool, excluding=req)
+            smallest = self.queue.smallest_waiting(team, pool)
             if smallest is not None and self._within_guarantee(team, pool, smallest):
                 waiting.add((team, pool))
         for pend in self.pending.values():
             other = pend.request
-            if other.id == req.id or other.pool != pool:
-                continue
-            if self._within_guarantee(other.team, pool, other.gpu.units_milli):
+            if other.pool == pool and self._within_guarantee(other.team, pool,
+                                                             other.gpu.units_milli):
                 waiting.add((other.team, pool))
-        return AdmissionFacts(now=now, gpu_hours_used=hours,
-                              waiting_within_guarantee=frozenset(waiting), retry=retry)
+        found = frozenset(waiting)
+        self._waiting_cache[pool] = (key, found)
+        return found
 
     def _within_guarantee(self, team_name: str, pool: str, units_milli: int) -> bool:
-        team = self.policy.team(team_name)
-        quota = team.quota(pool) if team else None
-        if quota is None:
+        guaranteed = self.guarantees.get((team_name, pool))
+        if guaranteed is None:
             return False
-        return self.state.team_used(team_name, pool) + units_milli <= quota.guaranteed_milli
+        return self.state.team_used(team_name, pool) + units_milli <= guaranteed
 
     def _decide(self, req: Request, retry: bool) -> Decision:
         self.decisions += 1
@@ -348,6 +370,7 @@ class Replay:
         fresh = [v for v in victims if v.id not in self.state.preempting]
         deadline = max((self.now + v.grace_period_s for v in victims), default=self.now)
         self.pending[req.id] = _Pending(req, {v.id for v in victims}, deadline, decision.reason)
+        self.pending_version += 1
         for victim in fresh:
             self.state.preempting[victim.id] = req.id
         self.deadlines[req.id] = deadline
@@ -370,7 +393,8 @@ class Replay:
 
     def _transition(self, req: Request, decision: Decision) -> None:
         self.queue.pop(req.id)
-        self.pending.pop(req.id, None)
+        if self.pending.pop(req.id, None) is not None:
+            self.pending_version += 1
         self._carry_out(req, decision)
 
     def drain_queue(self, pool: str) -> None:
@@ -459,6 +483,7 @@ class Replay:
         if request_id not in self.queue and request_id not in self.pending:
             return
         pend = self.pending.pop(request_id, None)
+        self.pending_version += 1
         self.queue.pop(request_id)
         self.deadlines.pop(request_id, None)
         if pend is not None:
