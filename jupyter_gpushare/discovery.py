@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .core.model import GPU, Node
-from .policy import DiscoverySpec
+from .policy.inventory import DiscoverySpec
 from .policy_units import parse_cpu_milli, parse_memory_mib
 
 POOL_LABEL = "gpushare.jupyter.org/pool"
