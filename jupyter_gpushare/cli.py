@@ -56,6 +56,17 @@ def register(command: Command) -> Command:
 # ------------------------------------------------------------------ check-policy
 
 
+def write_output(text: str, path: str | None) -> int:
+    """A command's result: written to ``path`` (saying so on stderr) or printed; exit 0."""
+    if path:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text)
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _check_policy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the policy file (YAML), e.g. hub_config/gpushare.yaml")
     parser.add_argument("-q", "--quiet", action="store_true",
@@ -129,13 +140,7 @@ def _policy_schema(args: argparse.Namespace) -> int:
     from .policy import json_schema
 
     text = json.dumps(json_schema(), indent=2, sort_keys=False) + "\n"
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return write_output(text, args.output)
 
 
 register(Command(

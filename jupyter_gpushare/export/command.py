@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli import Command, internal_error, print_issues, register
+from ..cli import Command, internal_error, print_issues, register, write_output
 
 TARGET_MODULES = {
     "kueue": "jupyter_gpushare.export.kueue",
@@ -77,13 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # never a traceback for a file, whatever it holds
         return internal_error(args.policy, exc)
     text = target.render(policy, args)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return write_output(text, args.output)
 
 
 register(Command(

@@ -13,7 +13,7 @@ import argparse
 import sys
 from importlib import resources
 
-from ..cli import Command, register
+from ..cli import Command, register, write_output
 
 SHIPPED = "gpushare-dashboard.json"
 """The generated dashboard, a file of this package."""
@@ -51,13 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         text = render()
     else:
         text = shipped()
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as out:
-            out.write(text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return write_output(text, args.output)
 
 
 register(Command(
