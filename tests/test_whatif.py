@@ -118,8 +118,8 @@ class Driver:
     """Runs demands through the real broker on a simulated clock (users, job runner and
     preemption runner played by this class): what the database then holds is the month."""
 
-    def __init__(self, policy: Policy, url: str) -> None:
-        self.now = START
+    def __init__(self, policy: Policy, url: str, begin: float) -> None:
+        self.now = begin
         self.fx = Recorder()
         self.broker = Broker(policy, make_engine(url), clock=lambda: self.now, effects=self.fx)
         self.broker.load()
@@ -217,8 +217,9 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     policy_file.write_text(POLICY)
     policy = load_policy(policy_file)
     url = f"sqlite:///{folder}/gpushare.sqlite"
-    driver = Driver(policy, url)
-    driver.run(synth_month(shapes(), 2000, START, END - 2 * 86400, seed=27))
+    begin = START - 4 * 86400  # the month begins with grants live and requests waiting
+    driver = Driver(policy, url, begin)
+    driver.run(synth_month(shapes(), 2000, begin, END - 2 * 86400, seed=27))
     return {"folder": folder, "policy_file": policy_file, "policy": policy, "url": url,
             "driver": driver}
 
@@ -235,7 +236,10 @@ def test_replay_under_its_own_policy_reproduces_the_broker(month: dict[str, Any]
     recorded = read_month(read_only_engine(month["url"]), YEAR, MONTH)
     assert any(g.borrowed for g in recorded.grants)
     assert any(len(d.requests) > 1 and d.first.kind is Kind.BATCH for d in recorded.demands)
-    result = replay(month["policy"], recorded.demands)
+    carried = [d for d in recorded.demands if d.placed is not None]
+    waiting = [d for d in recorded.demands if d.enter_at is not None]
+    assert len(carried) >= 5 and waiting, "the month should begin with grants and a queue"
+    result = replay(month["policy"], recorded.demands, warm=recorded.warm)
     fid = compare_grants(recorded.grants, result.grants, recorded.start, recorded.end)
     assert fid.recorded >= 1000
     assert fid.exact_share >= 0.99, (fid.missing[:5], fid.moved[:5])
@@ -316,9 +320,9 @@ def test_bad_add_empty_month_and_other_schema_say_so_in_one_sentence(
     assert "POOL:MODEL:COUNT" in capsys.readouterr().err
     assert main([*base, "--month", "2026-11", "--add", "nowhere:H100:2"]) == 2
     assert "unknown pool 'nowhere'" in capsys.readouterr().err
-    assert main([*base, "--month", "2026-10"]) == 1
+    assert main([*base, "--month", "2026-09"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == ("whatif: no requests were recorded in 2026-10: there is nothing to replay.")
+    assert err == ("whatif: no requests were recorded in 2026-09: there is nothing to replay.")
     import sqlite3
 
     copy = tmp_path / "old.sqlite"
@@ -379,3 +383,28 @@ def test_simultaneous_arrivals_are_taken_in_request_id_order() -> None:
     sim._arrival(second, 1, 170.0)
     popped = [heapq.heappop(sim.heap)[-1] for _ in range(2)]
     assert popped == ["j1\x001", "j2\x001"]
+
+
+def test_a_request_waiting_when_the_month_began_keeps_its_age() -> None:
+    """Made at -100 and still queued at the month's start (0): it enters the replay at 0
+    with its age, so it gives up at -100 + 150 = 50 as in the record (not at 0 + 150,
+    after the GPUs it waits for are free at 100)."""
+    import dataclasses
+
+    holder = _demand("b0", "b", 0.0, 100.0, whole=4, kind=Kind.BATCH, priority="training")
+    late = _demand("b1", "b", -100.0, 10.0, whole=1, kind=Kind.BATCH, priority="training")
+    late = dataclasses.replace(late, patience_s=150.0, enter_at=0.0)
+    result = replay(_tiny(), [holder, late])
+    outcome = {o.demand_id: o for o in result.outcomes}["b1"]
+    assert outcome.status == "gave_up" and outcome.first_granted_at is None
+
+
+def test_the_month_is_read_with_what_the_broker_had_learned_before_it(
+    month: dict[str, Any]
+) -> None:
+    """Requests before the month that reached placement are read (oldest first) so the
+    shared pools' packing starts from the request mix the broker had learned."""
+    recorded = read_month(read_only_engine(month["url"]), YEAR, MONTH)
+    assert len(recorded.warm) > 50
+    times = [r.created_at for r in recorded.warm]
+    assert times == sorted(times) and max(times) < START

@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     label = f"{year:04d}-{month:02d}"
     doc = study(recorded.demands, current, proposed, recorded.start, recorded.end,
-                additions=additions, recorded=recorded.grants,
+                additions=additions, recorded=recorded.grants, warm=recorded.warm,
                 meta={"month": label, "requests": recorded.requests,
                       "title": f"{label} under {Path(args.policy).name}"
                       + (f" + {', '.join(args.add)}" if args.add else ""),

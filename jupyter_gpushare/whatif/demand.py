@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from ..core.model import Kind, Request
+from ..core.model import Grant, Kind, Request
 
 DEFAULT_WORK_S = 3600.0
 """Hold of a never-granted request when nothing granted resembles it (one hour)."""
@@ -40,6 +40,8 @@ class Demand:
     requeue_delays: tuple[float, ...] = ()
     estimated: bool = False  # work_s is an estimate (never granted in the record)
     known_work_s: float = 0.0  # estimated: work it had at least (held before a preemption)
+    placed: Grant | None = None  # its grant was live when the window began: starts on it
+    enter_at: float | None = None  # made before the window, waiting: first decided then
 
     @property
     def first(self) -> Request:
@@ -48,6 +50,14 @@ class Demand:
     @property
     def arrival(self) -> float:
         return self.first.created_at
+
+    @property
+    def enters(self) -> float:
+        """When the replay first takes it: its arrival, or the window's start for one made
+        before the window (waiting, or already granted: then at its grant)."""
+        if self.placed is not None:
+            return self.placed.granted_at
+        return self.enter_at if self.enter_at is not None else self.arrival
 
     @property
     def team(self) -> str:
@@ -66,6 +76,8 @@ class Demand:
         the last recorded one with a new id)."""
         if k < len(self.requests):
             req = self.requests[k]
+            if k == 0 and self.enter_at is not None:
+                return req  # it keeps its age (its place in the queue)
         else:
             req = dataclasses.replace(self.requests[-1], id=f"{self.id}~{k}")
         return req if req.created_at == at else dataclasses.replace(req, created_at=at)
@@ -108,7 +120,7 @@ def estimate_work(demands: Sequence[Demand]) -> list[Demand]:
 
 def sort_demands(demands: Iterable[Demand]) -> list[Demand]:
     """Demands in arrival order (ties: by first request id), as the replay takes them."""
-    return sorted(demands, key=lambda d: (d.arrival, d.first.id))
+    return sorted(demands, key=lambda d: (d.enters, d.first.id))
 
 
 def is_batch(demand: Demand) -> bool:

@@ -14,7 +14,10 @@ The rules (also in ``docs/whatif.md``):
   of its attempts' holds, since each resumes where the last stopped;
 * a demand never granted in the record (refused, or cancelled while it waited) gets an
   estimated work (:func:`~.demand.estimate_work`); a cancelled one gives up after the wait
-  it had in the record.
+  it had in the record;
+* a request made before the month whose grant was live when the month began starts the
+  replay on the GPUs it held (``placed``); one still waiting then enters at the start of
+  the month, keeping its age (``enter_at``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..core.grant_end import EndKind
-from ..core.model import Kind, Request
+from ..core.model import Grant, Kind, Request
 from .demand import Demand, estimate_work
 from .replay import GrantRecord
 
@@ -52,6 +55,7 @@ class GrantRow:
     released_at: float | None
     end_kind: EndKind | None
     borrowed: bool = False
+    grant: Grant | None = None  # the core grant, for one live when the month starts
 
 
 @dataclass
@@ -82,7 +86,7 @@ def _chain_key(req: Request) -> tuple[str, ...] | None:
     return ("interactive", req.user, req.holder, req.pool)
 
 
-def _demand(chain: _Chain, end: float) -> Demand:
+def _demand(chain: _Chain, end: float, start: float | None) -> Demand:
     rows, grants = chain.rows, chain.grants
     first = rows[0]
     reqs = tuple(r.request for r in rows)
@@ -110,14 +114,21 @@ def _demand(chain: _Chain, end: float) -> Demand:
         )
     last = rows[-1]
     patience = last.updated_at - last.created_at if last.status == "cancelled" else None
+    placed = grants[0].grant if grants[0] is not None else None
+    enter_at = None
+    if start is not None and first.created_at < start and placed is None:
+        enter_at = start  # it was waiting when the month began
     return Demand(id=first.request.id, requests=reqs, work_s=work, offsets=offsets,
                   patience_s=patience, requeue_delays=delays, estimated=estimated,
-                  known_work_s=known)
+                  known_work_s=known, placed=placed, enter_at=enter_at)
 
 
 def demands_from(requests: Sequence[RequestRow], grants: Sequence[GrantRow], end: float,
-                 retry_window_s: float = RETRY_WINDOW_S) -> list[Demand]:
-    """The month's demands from its recorded requests and their grants (see the module)."""
+                 retry_window_s: float = RETRY_WINDOW_S, start: float | None = None
+                 ) -> list[Demand]:
+    """The month's demands from its recorded requests and their grants (see the module).
+    With ``start``: a demand whose first grant was made before it starts the replay on its
+    recorded GPUs; one created before it and not granted enters the replay at ``start``."""
     by_request = {g.request_id: g for g in grants}
     open_chains: dict[tuple[str, ...], _Chain] = {}
     chains: list[_Chain] = []
@@ -135,7 +146,7 @@ def demands_from(requests: Sequence[RequestRow], grants: Sequence[GrantRow], end
         chains.append(chain)
         if key is not None:
             open_chains[key] = chain
-    return estimate_work([_demand(c, end) for c in chains])
+    return estimate_work([_demand(c, end, start) for c in chains])
 
 
 def recorded_grants(requests: Sequence[RequestRow], grants: Sequence[GrantRow],

@@ -10,18 +10,25 @@ of another schema version, or with no requests in the month, is refused in one s
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, inspect, select
+from sqlalchemy import Engine, create_engine, inspect, or_, select
 
 from ..broker.db import SCHEMA_VERSION, grants_table, requests_table, schema_table
-from ..broker.serial import spec_to_request
+from ..broker.serial import row_to_grant, spec_to_request
 from ..core.grant_end import kind_of
 from ..core.ledger import month_bounds
+from ..core.model import Request
 from .demand import Demand
 from .history import GrantRow, RequestRow, demands_from, recorded_grants
 from .replay import GrantRecord
+
+WARM_LIMIT = 20_000
+"""Requests before the window read to warm the shared pools' packing (see :func:`read_month`)."""
+
+NOT_PLACED = ("quota", "reserved", "user_cap", "budget", "invalid", "queue_limit", "no_gpu")
+"""Codes of requests whose decision stopped before placement (nothing was learned)."""
 
 
 class RecordsError(ValueError):
@@ -39,6 +46,7 @@ class Month:
     demands: list[Demand]
     grants: list[GrantRecord]
     requests: int
+    warm: list[Request] = field(default_factory=list)  # requests before the window
 
 
 def read_only_engine(url: str) -> Engine:
@@ -66,26 +74,36 @@ def _check_schema(conn: object) -> None:
 
 
 def read_month(engine: Engine, year: int, month: int) -> Month:
-    """The month's demands and grants (requests created in the month; their grants)."""
+    """The month's demands and grants: requests created in the month, and those created
+    before it that were still held (their grant live at the start) or still waiting; and,
+    to warm the shared pools' packing (which learns the mix of request shapes as the
+    broker decides), up to :data:`WARM_LIMIT` earlier requests that reached placement."""
     start, end = month_bounds(year, month)
     r, g = requests_table.c, grants_table.c
+    live_at_start = select(g.request_id).where(
+        g.granted_at < start, or_(g.released_at.is_(None), g.released_at > start))
+    wanted = or_(
+        (r.created_at >= start) & (r.created_at < end),
+        (r.created_at < start) & or_(r.updated_at >= start, r.id.in_(live_at_start)),
+    )
     with engine.connect() as conn:
         try:
             _check_schema(conn)
             req_rows = conn.execute(
-                select(r.spec, r.status, r.created_at, r.updated_at)
-                .where(r.created_at >= start, r.created_at < end)
+                select(r.spec, r.status, r.created_at, r.updated_at).where(wanted)
                 .order_by(r.created_at, r.id)
             ).all()
+            warm_rows = conn.execute(
+                select(r.spec).where(r.created_at < start, r.code.not_in(NOT_PLACED))
+                .order_by(r.created_at.desc(), r.id.desc()).limit(WARM_LIMIT)
+            ).all()
             grant_rows = conn.execute(
-                select(g.request_id, g.node, g.slices, g.units_milli, g.granted_at,
-                       g.released_at, g.end_kind, g.release_reason, g.borrowed)
-                .where(g.granted_at < end, g.request_id.in_(
-                    select(r.id).where(r.created_at >= start, r.created_at < end)))
+                select(grants_table).where(g.granted_at < end,
+                                           g.request_id.in_(select(r.id).where(wanted)))
             ).all()
         finally:
             conn.rollback()
-    if not req_rows:
+    if not any(start <= row.created_at < end for row in req_rows):
         raise RecordsError(f"no requests were recorded in {year:04d}-{month:02d}: "
                            "there is nothing to replay.")
     requests = [RequestRow(spec_to_request(row.spec), row.status, row.created_at,
@@ -94,9 +112,11 @@ def read_month(engine: Engine, year: int, month: int) -> Month:
         GrantRow(row.request_id, row.node, tuple(s["uuid"] for s in row.slices),
                  row.units_milli, row.granted_at, row.released_at,
                  kind_of(row.end_kind, row.release_reason) if row.released_at is not None
-                 else None, bool(row.borrowed))
+                 else None, bool(row.borrowed),
+                 row_to_grant(row) if row.granted_at < start else None)
         for row in grant_rows
     ]
-    demands = demands_from(requests, grants, end)
+    demands = demands_from(requests, grants, end, start=start)
+    warm = [spec_to_request(row.spec) for row in reversed(warm_rows)]
     return Month(year, month, start, end, demands, recorded_grants(requests, grants, demands),
-                 len(requests))
+                 sum(1 for row in req_rows if start <= row.created_at < end), warm)

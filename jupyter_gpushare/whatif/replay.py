@@ -43,7 +43,8 @@ from ..core.admission import AdmissionFacts, Decision, Outcome, decide
 from ..core.grant_end import EndKind
 from ..core.ledger import month_bounds, month_of
 from ..core.model import UNIT, Grant, Kind, Policy, Request
-from ..core.state import ClusterState
+from ..core.placement import place
+from ..core.state import CapacityError, ClusterState
 from .demand import Demand, sort_demands
 from .queue import ReplayQueue
 
@@ -170,7 +171,7 @@ class Replay:
 
     def __init__(self, policy: Policy, demands: Sequence[Demand], *,
                  limits: QueueLimits | None = None, requeue_delay_s: float = 60.0,
-                 budgets: bool | None = None) -> None:
+                 budgets: bool | None = None, warm: Sequence[Request] = ()) -> None:
         self.policy = policy
         self.demands = sort_demands(demands)
         self.limits = limits or QueueLimits()
@@ -200,6 +201,15 @@ class Replay:
                                              frozenset[tuple[str, str]]]] = {}
         self.guarantees = {(t.name, pool): q.guaranteed_milli
                            for t in policy.teams for pool, q in t.quotas}
+        self._warm(warm)
+
+    def _warm(self, requests: Sequence[Request]) -> None:
+        """Let the shared pools' packing learn the shapes of requests made before the window,
+        as the broker's did when it decided them (the placements found are dropped)."""
+        for req in requests:
+            pool = self.policy.pool(req.pool)
+            if pool is not None and pool.shares_gpus and not req.gpu.is_empty:
+                place(self.state, req, observe=True)
 
     # -- the event loop -----------------------------------------------------------------------
 
@@ -207,7 +217,8 @@ class Replay:
         for d in self.demands:
             self.outcomes[d.id] = DemandOutcome(
                 d.id, d.team, d.pool, d.first.kind.value, d.units_milli, d.arrival, d.work_s)
-            self._arrival(d, 0, d.arrival)
+            if d.placed is None or not self._place_carried(d, d.placed):
+                self._arrival(d, 0, d.enters)
         while self.heap:
             t, kind, _, _, key = heapq.heappop(self.heap)
             self.now = t
@@ -321,7 +332,8 @@ class Replay:
         self.waiting[req.id] = (demand, k)
         self._carry_out(req, decision)
         if decision.outcome in (Outcome.QUEUED, Outcome.PREEMPTING) and demand.patience_s:
-            self._push(self.now + demand.patience_s, CANCEL, req.id)
+            # counted from the request's age: one waiting when the window began keeps it
+            self._push(max(self.now, req.created_at + demand.patience_s), CANCEL, req.id)
 
     def _carry_out(self, req: Request, decision: Decision) -> None:
         outcome = decision.outcome
@@ -350,6 +362,27 @@ class Replay:
         self.ledger.live[req.id] = record
         self.live[grant.id] = _Live(demand, k, work, record)
         self._push(self.now + work, RELEASE, grant.id)
+
+    def _place_carried(self, demand: Demand, grant: Grant) -> bool:
+        """Put a grant live when the window began back on its GPUs; ``False`` if this
+        policy has no room for it there (it is then decided again, as a new request)."""
+        try:
+            self.state.apply(grant)
+        except (CapacityError, KeyError, ValueError):
+            return False
+        req = grant.request
+        out = self.outcomes[demand.id]
+        out.first_granted_at = grant.granted_at
+        out.attempts += 1
+        record = GrantRecord(
+            req.id, demand.id, req.team, req.pool, req.kind.value, grant.units_milli,
+            grant.placement.node, tuple(s.gpu_uuid for s in grant.placement.slices),
+            grant.granted_at, borrowed=grant.borrowed)
+        self.grants.append(record)
+        self.ledger.live[req.id] = record
+        self.live[grant.id] = _Live(demand, 0, demand.work_s, record)
+        self._push(grant.granted_at + demand.work_s, RELEASE, grant.id)
+        return True
 
     def _work_left(self, demand: Demand) -> float:
         """Seconds of work the demand's next grant holds for (less after a resumed preemption)."""

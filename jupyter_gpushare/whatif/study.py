@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.model import Policy
+from ..core.model import Policy, Request
 from .compare import side_by_side
 from .demand import Demand
 from .fidelity import compare_grants
@@ -16,12 +16,13 @@ from .replay import GrantRecord, QueueLimits, replay
 def study(demands: Sequence[Demand], current: Policy, proposed: Policy, start: float,
           end: float, *, additions: Sequence[Addition] = (),
           recorded: Sequence[GrantRecord] | None = None, limits: QueueLimits | None = None,
-          meta: dict[str, Any] | None = None) -> dict[str, Any]:
+          warm: Sequence[Request] = (), meta: dict[str, Any] | None = None) -> dict[str, Any]:
     """The side-by-side document; with ``recorded`` (the broker's grants), how closely the
-    current policy's replay reproduces them (``fidelity``)."""
+    current policy's replay reproduces them (``fidelity``); ``warm``: requests before the
+    window whose shapes the shared pools' packing learns first (:class:`~.replay.Replay`)."""
     proposal = add_cards(proposed, list(additions)) if additions else proposed
-    base = replay(current, demands, limits=limits)
-    other = replay(proposal, demands, limits=limits)
+    base = replay(current, demands, limits=limits, warm=warm)
+    other = replay(proposal, demands, limits=limits, warm=warm)
     info: dict[str, Any] = dict(meta or {})
     info["added"] = [str(a) for a in additions]
     info["demands"] = len(demands)
