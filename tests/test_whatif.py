@@ -408,3 +408,39 @@ def test_the_month_is_read_with_what_the_broker_had_learned_before_it(
     assert len(recorded.warm) > 50
     times = [r.created_at for r in recorded.warm]
     assert times == sorted(times) and max(times) < START
+
+
+def test_alibaba_trace_pods_become_demands_of_the_policys_teams(
+    month: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The documented mapping: best effort is a preemptible batch job, the rest servers;
+    whole GPUs go to the exclusive pool, fractions to the shared one; no-GPU pods are left
+    out; arrivals are compressed onto the month (a short trace is not stretched), durations
+    kept; the command replays them."""
+    from jupyter_gpushare.whatif.alibaba import pods_to_demands, read_pods
+
+    trace = tmp_path / "openb_pod_list_default.csv"
+    trace.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\n"
+        "p0,8000,1024,2,1000,,LS,Running,0,7200,0\n"
+        "p1,8000,1024,1,250,,BE,Running,1000,4600,1000\n"
+        "p2,8000,1024,0,0,,LS,Running,2000,9000,2000\n"
+        "p3,8000,1024,1,1000,V100,Burstable,Pending,4000,4030,\n"
+    )
+    demands = {d.id: d for d in pods_to_demands(read_pods(trace), month["policy"], START,
+                                                 END - START)}
+    assert set(demands) == {"p0", "p1", "p3"}
+    p0, p1, p3 = demands["p0"].first, demands["p1"].first, demands["p3"].first
+    assert (p0.pool, p0.gpu.whole, p0.kind, p0.priority) == ("train", 2, Kind.INTERACTIVE,
+                                                             "interactive")
+    assert (p1.pool, p1.gpu.fraction_milli, p1.kind, p1.priority, p1.checkpointing) == (
+        "shared", 250, Kind.BATCH, "research", True)
+    assert demands["p0"].work_s == 7200 and demands["p1"].work_s == 3600
+    assert demands["p3"].work_s == 60  # at least a minute
+    assert p3.created_at == START + 4000 and p0.created_at == START  # shorter: not stretched
+    assert p0.team in {"t1", "t2", "t3", "t4", "t5"}
+    rc = main(["whatif", "--month", "2026-11", "--policy", str(month["policy_file"]),
+               "--source", f"alibaba:{trace}", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["demands"] == 3 and "fidelity" not in doc

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from ..cli import POLICY_ERRORS, Command, internal_error, print_issues, register
+from ..core.model import Policy
+from .demand import Demand
 from .render import FORMATS, render
 
 
@@ -31,13 +33,17 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None,
                         help="the broker's database URL (default $GPUSHARE_DB_URL, else "
                         "sqlite:///gpushare.sqlite); opened read-only")
+    parser.add_argument("--source", default=None, metavar="alibaba:PATH",
+                        help="replay demand from elsewhere instead of the database: "
+                        "alibaba:PATH, an openb_pod_list_*.csv of the Alibaba GPU trace, "
+                        "mapped onto the policy's teams (docs/whatif.md)")
     parser.add_argument("--add", action="append", default=[], metavar="POOL:MODEL:COUNT",
                         help="cards added for the proposal (repeatable), e.g. train:H100:8")
     parser.add_argument("--format", choices=FORMATS, default="md", help="output format")
     parser.add_argument("-o", "--out", default=None, help="write to this file (default: stdout)")
 
 
-def _policy(path: str):  # type: ignore[no-untyped-def]
+def _policy(path: str) -> Policy | int:
     """The checked policy, or the exit status after printing its errors."""
     from ..policy import check_policy_file
 
@@ -50,8 +56,30 @@ def _policy(path: str):  # type: ignore[no-untyped-def]
     return check.policy
 
 
+def _from_source(source: str, policy: Policy, year: int, month: int
+                 ) -> tuple[list[Demand], float, float] | int:
+    """Demands of ``--source`` for the month, or the exit status after saying why not."""
+    from ..core.ledger import month_bounds
+    from .alibaba import TraceError, pods_to_demands, read_pods
+
+    kind, _, path = source.partition(":")
+    if kind != "alibaba" or not path:
+        print(f"whatif: --source {source!r}: expected alibaba:PATH", file=sys.stderr)
+        return 2
+    start, end = month_bounds(year, month)
+    try:
+        demands = pods_to_demands(read_pods(path), policy, start, end - start)
+    except (OSError, TraceError, ValueError, KeyError) as exc:
+        print(f"whatif: --source {source}: {exc}", file=sys.stderr)
+        return 1
+    if not demands:
+        print(f"whatif: --source {source}: no pod of the trace asks for a GPU: there is "
+              "nothing to replay.", file=sys.stderr)
+        return 1
+    return demands, start, end
+
+
 def _run(args: argparse.Namespace) -> int:
-    from ..core.model import Policy
     from .inventory import AddError, add_cards, parse_add
     from .records import RecordsError, read_month, read_only_engine
     from .study import study
@@ -74,27 +102,36 @@ def _run(args: argparse.Namespace) -> int:
         print(f"whatif: {exc}", file=sys.stderr)
         return 2
     year, month = args.month
-    url = args.db or os.environ.get("GPUSHARE_DB_URL", "sqlite:///gpushare.sqlite")
-    try:
-        engine = read_only_engine(url)
-        try:
-            recorded = read_month(engine, year, month)
-        finally:
-            engine.dispose()
-    except RecordsError as exc:
-        print(f"whatif: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # the database cannot be read: one sentence, no traceback
-        print(f"whatif: cannot read the broker's database {url}: {type(exc).__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
-        return 1
     label = f"{year:04d}-{month:02d}"
-    doc = study(recorded.demands, current, proposed, recorded.start, recorded.end,
-                additions=additions, recorded=recorded.grants, warm=recorded.warm,
-                meta={"month": label, "requests": recorded.requests,
-                      "title": f"{label} under {Path(args.policy).name}"
-                      + (f" + {', '.join(args.add)}" if args.add else ""),
-                      "policy": args.policy, "current": current_file})
+    title = (f"{label} under {Path(args.policy).name}"
+             + (f" + {', '.join(args.add)}" if args.add else ""))
+    meta = {"month": label, "title": title, "policy": args.policy, "current": current_file}
+    if args.source:
+        got = _from_source(args.source, current, year, month)
+        if isinstance(got, int):
+            return got
+        demands, start, end = got
+        meta.update(requests=len(demands), source=args.source)
+        doc = study(demands, current, proposed, start, end, additions=additions, meta=meta)
+    else:
+        url = args.db or os.environ.get("GPUSHARE_DB_URL", "sqlite:///gpushare.sqlite")
+        try:
+            engine = read_only_engine(url)
+            try:
+                recorded = read_month(engine, year, month)
+            finally:
+                engine.dispose()
+        except RecordsError as exc:
+            print(f"whatif: {exc}", file=sys.stderr)
+            return 1
+        except Exception as exc:  # the database cannot be read: one sentence, no traceback
+            print(f"whatif: cannot read the broker's database {url}: {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
+            return 1
+        meta["requests"] = recorded.requests
+        doc = study(recorded.demands, current, proposed, recorded.start, recorded.end,
+                    additions=additions, recorded=recorded.grants, warm=recorded.warm,
+                    meta=meta)
     text = render(doc, args.format)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

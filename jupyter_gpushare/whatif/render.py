@@ -59,9 +59,11 @@ def _rows(doc: dict[str, Any], section: str, first: tuple[str, ...],
 
 def _summary_lines(doc: dict[str, Any]) -> list[str]:
     a_label, b_label = doc["labels"]
-    lines = [f"Month {doc.get('month', '?')}: {doc.get('demands', '?')} demands "
-             f"({doc.get('requests', '?')} recorded requests), replayed under the "
-             f"{a_label} policy and under the {b_label} (figures `{a_label} → {b_label}`)."]
+    origin = (f"from {doc['source']}" if doc.get("source")
+              else f"{doc.get('requests', '?')} recorded requests")
+    lines = [f"Month {doc.get('month', '?')}: {doc.get('demands', '?')} demands ({origin}), "
+             f"replayed under the {a_label} policy and under the {b_label} "
+             f"(figures `{a_label} → {b_label}`)."]
     if doc.get("added"):
         lines.append(f"Cards added: {', '.join(doc['added'])}; GPU-hours gained per card: "
                      f"{_num(doc.get('gpu_hours_gained_per_card'))}.")
