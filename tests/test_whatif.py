@@ -444,3 +444,29 @@ def test_alibaba_trace_pods_become_demands_of_the_policys_teams(
                "--source", f"alibaba:{trace}", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["demands"] == 3 and "fidelity" not in doc
+
+
+def test_the_reports_advice_is_checked_by_a_replay(month: dict[str, Any]) -> None:
+    """'Buy 4 GPUs for train' is supported (t5 was starved); buying for the shared pool,
+    where nothing waited or was lost, is not; moving a unit of train guarantee to t5 from
+    t1 helps t5 more than it costs t1."""
+    from types import SimpleNamespace
+
+    from jupyter_gpushare.whatif.advice import check_advice
+
+    recorded = read_month(read_only_engine(month["url"]), YEAR, MONTH)
+    args = (month["policy"], recorded.demands, START, END, recorded.warm)
+
+    def advice(**kw: Any) -> Any:
+        return SimpleNamespace(**{"gpus": 0, "units": 0.0, "from_team": "", "to_team": "",
+                                  **kw})
+
+    buy = check_advice(advice(pool="train", action="buy", gpus=4), *args)
+    assert buy.supported is True and "supports buying" in buy.text
+    assert buy.figures["unserved_after"] < 0.9 * buy.figures["unserved_before"]
+    idle = check_advice(advice(pool="shared", action="buy", gpus=4), *args)
+    assert idle.supported is False and "does not support" in idle.text
+    move = check_advice(advice(pool="train", action="move", units=1.0, from_team="t1",
+                               to_team="t5"), *args)
+    assert move.figures["to_team_after"] < move.figures["to_team_before"]
+    assert check_advice(advice(pool="train", action="neither"), *args).supported is None
