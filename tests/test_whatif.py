@@ -470,3 +470,34 @@ def test_the_reports_advice_is_checked_by_a_replay(month: dict[str, Any]) -> Non
                                to_team="t5"), *args)
     assert move.figures["to_team_after"] < move.figures["to_team_before"]
     assert check_advice(advice(pool="train", action="neither"), *args).supported is None
+
+
+def test_a_month_synthesised_from_the_planners_input(
+    month: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """plan:PATH: each team's work at the size the planner found, as many arrivals as keep
+    0.6 x its peak running; against the planner's own draft policy it replays; against a
+    policy without the plan's teams or pools it says which, in one line."""
+    from jupyter_gpushare.planner import draft_policy, make_plan, read_plan_file
+    from jupyter_gpushare.whatif.plannerinput import AVERAGE_OF_PEAK, HOLD_S, plan_month
+
+    plan_file = Path(__file__).parents[1] / "hub_config" / "plan-example.yaml"
+    plan = make_plan(read_plan_file(plan_file))
+    draft = tmp_path / "draft.yaml"
+    draft.write_text(draft_policy(plan, plan.now))
+    policy = load_policy(draft)
+    demands = plan_month(plan, policy, START, END)
+    needs = [n for p in plan.now.pools for n in p.tasks if n.whole_cards or n.milli]
+    expected = sum(n.concurrent * AVERAGE_OF_PEAK * (END - START) / HOLD_S[n.workload.kind]
+                   for n in needs)
+    assert abs(len(demands) - expected) <= 1
+    assert {d.team for d in demands} == {n.workload.team for n in needs}
+    rc = main(["whatif", "--month", "2026-11", "--policy", str(draft), "--source",
+               f"plan:{plan_file}", "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["demands"] == len(demands)
+    rc = main(["whatif", "--month", "2026-11", "--policy", str(month["policy_file"]),
+               "--source", f"plan:{plan_file}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert "team nlp is not in the policy" in err or "the policy does not have" in err

@@ -33,10 +33,11 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None,
                         help="the broker's database URL (default $GPUSHARE_DB_URL, else "
                         "sqlite:///gpushare.sqlite); opened read-only")
-    parser.add_argument("--source", default=None, metavar="alibaba:PATH",
+    parser.add_argument("--source", default=None, metavar="alibaba:PATH|plan:PATH",
                         help="replay demand from elsewhere instead of the database: "
                         "alibaba:PATH, an openb_pod_list_*.csv of the Alibaba GPU trace, "
-                        "mapped onto the policy's teams (docs/whatif.md)")
+                        "mapped onto the policy's teams; plan:PATH, a month synthesised from "
+                        "a `jupyter-gpushare plan` input file (docs/whatif.md)")
     parser.add_argument("--add", action="append", default=[], metavar="POOL:MODEL:COUNT",
                         help="cards added for the proposal (repeatable), e.g. train:H100:8")
     parser.add_argument("--format", choices=FORMATS, default="md", help="output format")
@@ -63,10 +64,13 @@ def _from_source(source: str, policy: Policy, year: int, month: int
     from .alibaba import TraceError, pods_to_demands, read_pods
 
     kind, _, path = source.partition(":")
-    if kind != "alibaba" or not path:
-        print(f"whatif: --source {source!r}: expected alibaba:PATH", file=sys.stderr)
-        return 2
     start, end = month_bounds(year, month)
+    if kind == "plan" and path:
+        return _from_plan(source, path, policy, start, end)
+    if kind != "alibaba" or not path:
+        print(f"whatif: --source {source!r}: expected alibaba:PATH or plan:PATH",
+              file=sys.stderr)
+        return 2
     try:
         demands = pods_to_demands(read_pods(path), policy, start, end - start)
     except (OSError, TraceError, ValueError, KeyError) as exc:
@@ -74,6 +78,31 @@ def _from_source(source: str, policy: Policy, year: int, month: int
         return 1
     if not demands:
         print(f"whatif: --source {source}: no pod of the trace asks for a GPU: there is "
+              "nothing to replay.", file=sys.stderr)
+        return 1
+    return demands, start, end
+
+
+def _from_plan(source: str, path: str, policy: Policy, start: float, end: float
+               ) -> tuple[list[Demand], float, float] | int:
+    """A month synthesised from the planner's input file (:mod:`.plannerinput`)."""
+    from ..planner import PlanError, make_plan, read_plan_file
+    from .plannerinput import PlanSourceError, plan_month
+
+    try:
+        plan = make_plan(read_plan_file(path))
+    except PlanError as exc:
+        print(f"{path}: {len(exc.errors)} error(s)", file=sys.stderr)
+        for issue in exc.errors:
+            print(f"  {issue}", file=sys.stderr)
+        return 2
+    try:
+        demands = plan_month(plan, policy, start, end)
+    except PlanSourceError as exc:
+        print(f"whatif: --source {source}: {exc}", file=sys.stderr)
+        return 1
+    if not demands:
+        print(f"whatif: --source {source}: the plan has no work that takes a GPU: there is "
               "nothing to replay.", file=sys.stderr)
         return 1
     return demands, start, end
