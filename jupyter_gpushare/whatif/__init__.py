@@ -7,7 +7,11 @@
 * :mod:`.inventory`: cards added to a policy (``--add POOL:MODEL:COUNT``);
 * :mod:`.compare`: figures per team and pool, side by side; :mod:`.fidelity`: replay
   against the record; :mod:`.render`: Markdown, JSON and HTML;
-* :mod:`.synth`: a generated month; :mod:`.command`: ``jupyter-gpushare whatif``.
+* :mod:`.study`: one what-if (both replays, side by side); :mod:`.advice`: the report's
+  "buy" / "move" checked by a replay;
+* sources without history: :mod:`.synth` (a generated month), :mod:`.alibaba` (the
+  Alibaba GPU trace), :mod:`.plannerinput` (the planner's team inputs);
+* :mod:`.command`: ``jupyter-gpushare whatif``.
 
 See ``docs/whatif.md``.
 """
