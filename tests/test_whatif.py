@@ -472,6 +472,46 @@ def test_the_reports_advice_is_checked_by_a_replay(month: dict[str, Any]) -> Non
     assert check_advice(advice(pool="train", action="neither"), *args).supported is None
 
 
+def test_the_report_shows_what_a_replay_says_of_its_advice(
+    month: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``jupyter-gpushare report`` on an ended month: beside each "buy" or "move", the
+    verdict of a replay of the recorded month, the same as check_advice says on its own; on a
+    month in progress, and with --no-replay-check, none (and the database is not written)."""
+    from types import SimpleNamespace
+
+    from jupyter_gpushare.whatif.advice import check_advice
+
+    db = Path(month["url"][len("sqlite:///"):])
+    before = _digest(db)
+    base = ["report", "--month", "2026-11", "--policy", str(month["policy_file"]),
+            "--db", month["url"]]
+    assert main([*base, "--format", "json", "--now", "2026-12-02T00:00:00Z"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    advised = [r for r in doc["recommendations"] if r["action"] in ("buy", "move")]
+    assert advised, doc["recommendations"]  # the month starves t5 in pool train
+    recorded = read_month(read_only_engine(month["url"]), YEAR, MONTH)
+    for r in doc["recommendations"]:
+        if r["action"] not in ("buy", "move"):
+            assert r["replay"]["supported"] is None
+            continue
+        alone = check_advice(SimpleNamespace(**{k: r[k] for k in (
+            "pool", "action", "gpus", "units", "from_team", "to_team")}), month["policy"],
+            recorded.demands, START, END, recorded.warm)
+        assert r["replay"] == {"supported": alone.supported, "text": alone.text,
+                               "figures": alone.figures}
+    assert main([*base, "--format", "md", "--now", "2026-12-02T00:00:00Z"]) == 0
+    md = capsys.readouterr().out
+    assert md.count("Checked by a replay of the month:") == len(advised)
+    assert main([*base, "--format", "json", "--now", "2026-12-02T00:00:00Z",
+                 "--no-replay-check"]) == 0
+    assert all("replay" not in r for r in json.loads(capsys.readouterr().out)["recommendations"])
+    assert main([*base, "--format", "json", "--now", "2026-11-20T00:00:00Z"]) == 0
+    partial = json.loads(capsys.readouterr().out)
+    assert partial["partial"] and all("replay" not in r for r in partial["recommendations"])
+    assert _digest(db) == before
+
+
 def test_a_month_synthesised_from_the_planners_input(
     month: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

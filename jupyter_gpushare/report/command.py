@@ -54,6 +54,10 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default=None,
                         help="the policy file the broker runs with (default $GPUSHARE_POLICY)")
     parser.add_argument("-o", "--out", default=None, help="write to this file (default: stdout)")
+    parser.add_argument("--no-replay-check", dest="replay_check", action="store_false",
+                        help="do not replay the month to check the advice (a replay of the "
+                        "recorded demand with and without each 'buy' or 'move'; "
+                        "docs/whatif.md); it runs only on a month that has ended")
     parser.add_argument("--now", type=parse_now, default=None,
                         help="the report's 'now', ISO 8601 (default: the clock); a month that "
                         "has not ended by then is reported up to it and labelled partial")
@@ -98,6 +102,18 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     _, _, doc = make_report(rows)
+    if args.replay_check and not doc.get("partial"):
+        from ..whatif.advice import check_report_advice
+        from ..whatif.records import RecordsError
+
+        try:
+            checks = check_report_advice(url, check.policy, year, month,
+                                         doc["recommendations"])
+        except (RecordsError, SQLAlchemyError) as exc:
+            print(f"report: the advice was not checked by a replay: {exc}", file=sys.stderr)
+        else:
+            for rec, replayed in zip(doc["recommendations"], checks, strict=True):
+                rec["replay"] = replayed
     text = render(doc, args.format)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

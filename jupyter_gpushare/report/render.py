@@ -89,6 +89,9 @@ def to_csv(doc: dict[str, Any]) -> str:
             row("recommendation", r["pool"], "", "", key, r[key])
         for key, value in sorted(r["figures"].items()):
             row("recommendation", r["pool"], "", "", f"figures.{key}", value)
+        if r.get("replay"):
+            row("recommendation", r["pool"], "", "", "replay.supported", r["replay"]["supported"])
+            row("recommendation", r["pool"], "", "", "replay.text", r["replay"]["text"])
     proj = doc.get("projection")
     if proj:
         row("projection", "", "", "", "label", proj["label"])
@@ -162,6 +165,8 @@ def to_md(doc: dict[str, Any]) -> str:
     lines += ["", "## Recommendation", ""]
     for r in doc["recommendations"]:
         lines.append(f"- **{md_text(r['pool'])}: {md_text(r['action'])}**. {md_text(r['text'])}")
+        if r.get("replay") and r["replay"]["supported"] is not None:
+            lines.append(f"  - Checked by a replay of the month: {md_text(r['replay']['text'])}")
     lines += ["", "## Pools: demand against capacity", ""]
     header, rows = _pool_table(doc)
     lines += _md_table(header, rows)
@@ -230,6 +235,12 @@ def to_html(doc: dict[str, Any], series: dict[str, Any] | None = None) -> str:
             f'data-action="{escape(r["action"])}"{provisional}><strong>{escape(r["pool"])}: '
             f"{escape(r['action'])}</strong>. {escape(r['text'])}</div>"
         )
+        replayed = r.get("replay")
+        if replayed and replayed["supported"] is not None:
+            verdict = "supported" if replayed["supported"] else "not-supported"
+            out.append(f'<div class="replay" data-pool="{escape(r["pool"])}" '
+                       f'data-replay="{verdict}">Checked by a replay of the month: '
+                       f"{escape(replayed['text'])}</div>")
     out.append("<h2>Pools: demand against capacity</h2>")
     header, rows = _pool_table(doc)
     out.append(_html_table(header, rows, "pools"))

@@ -122,3 +122,39 @@ def check_advice(advice: Advice, policy: Policy, demands: Sequence[Demand], star
             f"{to_a:.1f} to {to_b:.1f}, {advice.from_team}'s from {from_a:.1f} to {from_b:.1f}: "
             + ("the replay supports the move." if ok else "the replay does not support the move."))
     return Verdict(ok, text, figures)
+
+
+def check_report_advice(url: str, policy: Policy, year: int, month: int,
+                        recommendations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a replay of the recorded month says of each of the report's pieces of advice:
+    one ``{"supported", "text", "figures"}`` per recommendation, in order (``supported``
+    None where there is nothing to check). The database is opened read-only."""
+    from types import SimpleNamespace
+
+    from .records import read_month, read_only_engine
+
+    pending = [r for r in recommendations if r.get("action") in ("buy", "move")]
+    if not pending:
+        return [_unchecked(r) for r in recommendations]
+    engine = read_only_engine(url)
+    try:
+        recorded = read_month(engine, year, month)
+    finally:
+        engine.dispose()
+    out = []
+    for r in recommendations:
+        if r.get("action") not in ("buy", "move"):
+            out.append(_unchecked(r))
+            continue
+        advice = SimpleNamespace(pool=r["pool"], action=r["action"], gpus=int(r.get("gpus") or 0),
+                                 units=float(r.get("units") or 0.0),
+                                 from_team=r.get("from_team") or "", to_team=r.get("to_team") or "")
+        verdict = check_advice(advice, policy, recorded.demands, recorded.start, recorded.end,
+                               recorded.warm)
+        out.append({"supported": verdict.supported, "text": verdict.text,
+                    "figures": verdict.figures})
+    return out
+
+
+def _unchecked(rec: dict[str, Any]) -> dict[str, Any]:
+    return {"supported": None, "text": "Nothing to check by a replay.", "figures": {}}
