@@ -10,6 +10,7 @@ gpushare admin gets a 403 page, and so does the page's data for her cookie.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -73,7 +74,8 @@ def login(page: Any, hub: Any, user: str) -> None:
     page.fill('input[name="username"]', user)
     page.fill('input[name="password"]', "any")
     page.click("#login_submit")
-    page.wait_for_url("**/hub/**")
+    # the hub's home, its spawn page, or (a server of the user's already running) that server
+    page.wait_for_url(re.compile(r".*/(hub|user)/.*"))
 
 
 def test_the_hub_lists_the_service(hub: Any) -> None:
@@ -176,3 +178,48 @@ def test_without_login_the_page_sends_the_browser_to_the_hub(hub: Any) -> None:
     r = requests.get(hub.url + "/services/gpushare/", headers={"Accept": "text/html"},
                      allow_redirects=False, timeout=30)
     assert r.status_code == 302 and r.headers["Location"].endswith(ADMIN)
+
+
+def test_the_admin_page_links_the_monthly_report_as_a_page(hub: Any) -> None:
+    """The admin page links the report of last month and of this month so far; the report
+    page says a month in progress is partial, downloads in every format, names a bad month's
+    field, and is for admins only."""
+    with browser() as b:
+        page = b.new_page()
+        login(page, hub, "ada")
+        page.goto(hub.url + ADMIN)
+        page.wait_for_selector("#gpushare-admin[data-loaded]", timeout=30000)
+        page.click("#report-now-link")
+        page.wait_for_selector("h1", timeout=30000)
+        month = time.strftime("%Y-%m", time.gmtime())
+        heading = page.locator("h1").inner_text()
+        assert heading.startswith(f"GPU report {month}") and "partial" in heading, heading
+        assert page.locator('p.period[data-partial="yes"]').count() == 1
+        page.goto(hub.url + ADMIN)
+        page.wait_for_selector("#gpushare-admin[data-loaded]", timeout=30000)
+        page.click("#report-link")
+        page.wait_for_selector("h1", timeout=30000)
+        assert "partial" not in page.locator("h1").inner_text()
+        assert page.locator('p.period[data-partial="no"]').count() == 1
+        token = hub.token_for("ada")
+        for fmt, kind in (("csv", "text/csv"), ("json", "application/json"),
+                          ("md", "text/markdown")):
+            r = requests.get(f"{hub.url}{ADMIN}report?month={month}&format={fmt}",
+                             headers={"Authorization": f"token {token}"}, timeout=60)
+            assert r.status_code == 200, (r.status_code, r.text[:2000])
+            assert r.headers["Content-Type"].startswith(kind), r.headers
+            assert f"gpushare-report-{month}.{fmt}" in r.headers["Content-Disposition"]
+            if fmt == "json":
+                assert r.json()["partial"] is True and r.json()["month"] == month
+        bad = page.goto(hub.url + ADMIN + "report?month=2026-13")
+        assert bad is not None and bad.status == 400 and "month" in page.content()
+        future = page.goto(hub.url + ADMIN + "report?month=2999-01")
+        assert future is not None and future.status == 400 and "not begun" in page.content()
+        page.close()
+    with browser() as b:
+        page = b.new_page()
+        login(page, hub, "alice")
+        resp = page.goto(hub.url + ADMIN + "report")
+        assert resp is not None and resp.status == 403
+        assert "GPU report" not in page.content()
+        page.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from ..core.model import from_milli
 from .db import grants_table, requests_table
 from .handler_base import BaseHandler, Context, HealthHandler
 from .pages import PageHandler, admin_page
+from .report_page import ReportPage
 from .serial import iso
 
 if TYPE_CHECKING:
@@ -232,6 +234,7 @@ def admin_routes(
     ]
     if ctx.login is not None:
         table += [
+            (prefix + "admin/report", ReportPage, {"ctx": ctx, "kept": OrderedDict()}),
             (prefix + "admin/?", AdminPage, {"ctx": ctx}),
             (prefix + "?", RootPage, {"ctx": ctx}),
         ]

@@ -9,9 +9,15 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..cli import Command, register
 from .render import FORMATS, render
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from ..core.model import Policy
 
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -42,6 +48,17 @@ def parse_now(text: str) -> float:
 def previous_month(now: float) -> tuple[int, int]:
     t = time.gmtime(now)
     return (t.tm_year, t.tm_mon - 1) if t.tm_mon > 1 else (t.tm_year - 1, 12)
+
+
+def add_replay_checks(doc: dict[str, Any], engine: Engine, policy: Policy, year: int,
+                      month: int) -> None:
+    """Put beside each recommendation of ``doc`` what a replay of the month says of it
+    (``replay``: supported, text, figures; :func:`..whatif.advice.check_report_advice`)."""
+    from ..whatif.advice import check_report_advice
+
+    checks = check_report_advice(engine, policy, year, month, doc["recommendations"])
+    for rec, replayed in zip(doc["recommendations"], checks, strict=True):
+        rec["replay"] = replayed
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,17 +120,16 @@ def _run(args: argparse.Namespace) -> int:
         engine.dispose()
     _, _, doc = make_report(rows)
     if args.replay_check and not doc.get("partial"):
-        from ..whatif.advice import check_report_advice
-        from ..whatif.records import RecordsError
+        from ..whatif.records import RecordsError, read_only_engine
 
         try:
-            checks = check_report_advice(url, check.policy, year, month,
-                                         doc["recommendations"])
+            reader = read_only_engine(url)
+            try:
+                add_replay_checks(doc, reader, check.policy, year, month)
+            finally:
+                reader.dispose()
         except (RecordsError, SQLAlchemyError) as exc:
             print(f"report: the advice was not checked by a replay: {exc}", file=sys.stderr)
-        else:
-            for rec, replayed in zip(doc["recommendations"], checks, strict=True):
-                rec["replay"] = replayed
     text = render(doc, args.format)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")

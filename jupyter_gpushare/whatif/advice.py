@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlalchemy import Engine
+
 from ..core.model import UNIT, Policy, Request, to_milli
 from .demand import Demand
 from .inventory import Addition, add_cards
@@ -124,27 +126,23 @@ def check_advice(advice: Advice, policy: Policy, demands: Sequence[Demand], star
     return Verdict(ok, text, figures)
 
 
-def check_report_advice(url: str, policy: Policy, year: int, month: int,
+def check_report_advice(engine: Engine, policy: Policy, year: int, month: int,
                         recommendations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """What a replay of the recorded month says of each of the report's pieces of advice:
     one ``{"supported", "text", "figures"}`` per recommendation, in order (``supported``
-    None where there is nothing to check). The database is opened read-only."""
+    None where there is nothing to check). ``engine`` is only read (the command passes a
+    read-only one)."""
     from types import SimpleNamespace
 
-    from .records import read_month, read_only_engine
+    from .records import read_month
 
-    pending = [r for r in recommendations if r.get("action") in ("buy", "move")]
-    if not pending:
-        return [_unchecked(r) for r in recommendations]
-    engine = read_only_engine(url)
-    try:
-        recorded = read_month(engine, year, month)
-    finally:
-        engine.dispose()
+    if not any(r.get("action") in ("buy", "move") for r in recommendations):
+        return [_unchecked() for _ in recommendations]
+    recorded = read_month(engine, year, month)
     out = []
     for r in recommendations:
         if r.get("action") not in ("buy", "move"):
-            out.append(_unchecked(r))
+            out.append(_unchecked())
             continue
         advice = SimpleNamespace(pool=r["pool"], action=r["action"], gpus=int(r.get("gpus") or 0),
                                  units=float(r.get("units") or 0.0),
@@ -156,5 +154,5 @@ def check_report_advice(url: str, policy: Policy, year: int, month: int,
     return out
 
 
-def _unchecked(rec: dict[str, Any]) -> dict[str, Any]:
+def _unchecked() -> dict[str, Any]:
     return {"supported": None, "text": "Nothing to check by a replay.", "figures": {}}

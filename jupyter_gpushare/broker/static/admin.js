@@ -83,6 +83,10 @@
       ` &middot; ${d.grants} live grant(s) &middot; ${busy} of ${total} GPUs in use &middot; ` +
       `updated <span id="updated">${esc(d.now)}</span>` +
       (error ? ` <span class="err">${esc(error)}</span>` : "") + "</p>" +
+      // the monthly report as a page (its advice checked by a replay of the month)
+      '<p class="meta">Monthly report: <a id="report-link" href="report">last month</a>' +
+      ` &middot; <a id="report-now-link" href="report?month=${new Date().toISOString().slice(0, 7)}">` +
+      "this month so far (partial)</a></p>" +
       "<h2>Pools</h2>" + table("pools", ["pool", "mode", "capacity", "in use"],
         d.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td>${esc(p.mode)}</td>` +
           `<td class="num">${n(p.capacity, 3)}</td><td class="num">${n(p.in_use, 3)}</td></tr>`)) +
