@@ -319,8 +319,10 @@ class Sim:
             self.t += step
             await self.deadlines()
             for g in self.live():  # holders done with their grant
-                if g.until <= self.t and g.id not in self.log.being_preempted:
+                # (read after each release: one release can start a preemption of another)
+                if g.until <= self.t and g.end is None and g.id not in self.log.being_preempted:
                     self.broker.release(g.id, "released by holder")
+                    self.sync()
             self.sync()
             roll = self.rng.random()
             if roll < 0.5:
