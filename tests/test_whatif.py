@@ -24,12 +24,17 @@ from jupyter_gpushare.core.grant_end import EndKind, GrantEnd
 from jupyter_gpushare.core.ledger import month_bounds
 from jupyter_gpushare.core.model import GPUAsk, Kind, Policy
 from jupyter_gpushare.policy import load_policy
-from jupyter_gpushare.whatif.compare import team_pool_figures
+from jupyter_gpushare.whatif.compare import guarantee_met, measured_hours, team_pool_figures
 from jupyter_gpushare.whatif.demand import Demand
 from jupyter_gpushare.whatif.fidelity import compare_grants
 from jupyter_gpushare.whatif.inventory import Addition, add_cards
 from jupyter_gpushare.whatif.records import read_month, read_only_engine
-from jupyter_gpushare.whatif.replay import replay
+from jupyter_gpushare.whatif.replay import (
+    DemandOutcome,
+    GrantRecord,
+    ReplayResult,
+    replay,
+)
 from jupyter_gpushare.whatif.synth import Shape, synth_month
 
 POLICY = """\
@@ -220,8 +225,30 @@ def month(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     begin = START - 4 * 86400  # the month begins with grants live and requests waiting
     driver = Driver(policy, url, begin)
     driver.run(synth_month(shapes(), 2000, begin, END - 2 * 86400, seed=27))
+    _measure_every_other_grant(url)
     return {"folder": folder, "policy_file": policy_file, "policy": policy, "url": url,
             "driver": driver}
+
+
+def _measure_every_other_grant(url: str) -> None:
+    """Heartbeat aggregates (as the broker's usage keeps them) for every other grant of the
+    month, on two GPUs with different use; the rest stay unmeasured."""
+    from sqlalchemy import select
+
+    from jupyter_gpushare.broker.db import grant_use_table, grants_table
+
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        ids = [r.id for r in conn.execute(
+            select(grants_table.c.id).where(grants_table.c.granted_at >= START,
+                                            grants_table.c.granted_at < END)
+            .order_by(grants_table.c.id))]
+        rows = [{"grant_id": gid, "gpu_uuid": f"GPU-{k}", "month": "2026-11", "samples": 10,
+                 "utilization_pct_sum": 10.0 * ((i * 37 + k * 50) % 101),
+                 "memory_used_mib_sum": 0.0, "last_ts": START}
+                for i, gid in enumerate(ids[::2]) for k in (0, 1)]
+        conn.execute(grant_use_table.insert(), rows)
+    engine.dispose()
 
 
 def _digest(path: Path) -> str:
@@ -248,6 +275,26 @@ def test_replay_under_its_own_policy_reproduces_the_broker(month: dict[str, Any]
     statuses = {o.status for o in result.outcomes}
     assert {"refused", "served", "gave_up"} <= statuses
     assert sum(1 for o in result.outcomes if o.wait_s) >= 100  # a month with queueing
+    _check_measured_and_idle(recorded.demands, result)
+
+
+def _check_measured_and_idle(demands: list[Demand], result: ReplayResult) -> None:
+    """Measured use is carried from the heartbeats: measured <= granted, idle = granted to
+    measured demands - measured, and unmeasured demands are counted."""
+    measured = [d for d in demands if d.utilization is not None]
+    assert measured and len(measured) < len(demands)
+    assert any(0.05 < (d.utilization or 0) < 0.95 for d in measured)
+    figures = team_pool_figures(result, START, END)
+    by_hand = measured_hours(result, START, END)
+    assert by_hand
+    for key, (granted, used) in by_hand.items():
+        row = figures[key]
+        assert used <= granted + 1e-9 and granted <= row["gpu_hours"] + 1e-3
+        assert row["measured_gpu_hours"] == pytest.approx(used, abs=1e-3)
+        assert row["idle_gpu_hours"] == pytest.approx(granted - used, abs=1e-3)
+        assert 0 <= row["measured_gpu_hours"] <= row["gpu_hours"] + 1e-3
+    assert sum(r["unmeasured_demands"] for r in figures.values()) > 0
+    assert any(r["guarantee_met_share"] is not None for r in figures.values())
 
 
 def test_added_cards_cut_the_starved_teams_waits_and_refusals(month: dict[str, Any]) -> None:
@@ -294,6 +341,12 @@ def test_command_side_by_side_in_every_format_and_never_writes(
     out = folder / "whatif.html"
     assert main([*base, "--format", "html", "-o", str(out)]) == 0
     assert "<svg" in out.read_text() and "t5/train" in out.read_text()
+    for word in ("GPU-h measured", "GPU-h idle", "unmeasured", "guarantee met"):
+        assert word in md and word in out.read_text()
+    for key in ("measured_gpu_hours", "idle_gpu_hours", "unmeasured_demands",
+                "guarantee_met_share"):
+        assert key in train["current"] and key in t5["current"]
+    assert train["proposal"]["idle_gpu_hours"] >= train["proposal"]["unallocated_gpu_hours"]
     assert _files(folder) == before
 
 
@@ -541,3 +594,53 @@ def test_a_month_synthesised_from_the_planners_input(
     err = capsys.readouterr().err.strip()
     assert rc == 1 and len(err.splitlines()) == 1
     assert "team nlp is not in the policy" in err or "the policy does not have" in err
+
+
+def _outcome(did: str, units: int, status: str, granted_at: float | None,
+             work: float = 3600.0) -> DemandOutcome:
+    return DemandOutcome(did, "a", "train", "interactive", units * 1000, 0.0, work,
+                         first_granted_at=granted_at, status=status)
+
+
+def _grant(did: str, units: int, at: float, until: float) -> GrantRecord:
+    return GrantRecord(did, did, "a", "train", "interactive", units * 1000, "n0", (), at, until)
+
+
+def _met(guarantee: int, outcomes: list[DemandOutcome], grants: list[GrantRecord],
+         end: float = 7200.0) -> float | None:
+    from corefactory import policy
+
+    result = ReplayResult(policy({"a": {"train": (guarantee, 4)}}), grants, outcomes)
+    return guarantee_met(result, 0.0, end)[("a", "train")]
+
+
+def test_share_of_the_guarantee_met_on_demand_by_an_event_sweep() -> None:
+    """Guarantee 2, asking 3 for one hour, granted 1: half the asked-within-guarantee is
+    met; granted 3 (borrowing): all of it; asked 1 and granted it late: the wait unmet."""
+    asking = [_outcome("s", 1, "served", 0.0), _outcome("r", 2, "refused", None)]
+    assert _met(2, asking, [_grant("s", 1, 0.0, 3600.0)]) == 0.5
+    assert _met(2, asking, [_grant("s", 1, 0.0, 3600.0)], end=3600.0) == 0.5
+    both = [_outcome("s", 1, "served", 0.0), _outcome("b", 2, "served", 0.0)]
+    assert _met(2, both, [_grant("s", 1, 0.0, 3600.0), _grant("b", 2, 0.0, 3600.0)]) == 1.0
+    late = [_outcome("w", 1, "served", 1800.0)]  # waited 30 min, then held its hour
+    assert _met(2, late, [_grant("w", 1, 1800.0, 5400.0)]) == pytest.approx(2 / 3, abs=1e-4)
+    assert _met(2, [_outcome("x", 1, "waiting", None)], []) == 0.0
+
+
+def test_measured_use_is_the_demands_heartbeats_and_unmeasured_is_none() -> None:
+    """A demand's utilisation is its grants' heartbeat sums over their samples (all GPUs);
+    one without heartbeats stays unmeasured."""
+    from jupyter_gpushare.whatif.records import with_utilization
+
+    d1, d2 = _demand("r1", "a", 0.0, 3600.0), _demand("r2", "a", 0.0, 3600.0)
+    use = [("g1", 800.0, 10), ("g1", 400.0, 10), ("g9", 100.0, 1)]
+    got = with_utilization([d1, d2], use, {"g1": "r1", "g9": "r-other"})
+    assert got[0].utilization == pytest.approx(0.6) and got[1].utilization is None
+    outcomes = [DemandOutcome("r1", "a", "train", "interactive", 2000, 0.0, 3600.0,
+                              utilization=0.25),
+                DemandOutcome("r2", "a", "train", "interactive", 1000, 0.0, 3600.0)]
+    grants = [GrantRecord("r1", "r1", "a", "train", "interactive", 2000, "n0", (), 0.0, 3600.0),
+              GrantRecord("r2", "r2", "a", "train", "interactive", 1000, "n0", (), 0.0, 3600.0)]
+    row = team_pool_figures(ReplayResult(_tiny(), grants, outcomes), 0.0, 7200.0)[("a", "train")]
+    assert (row["gpu_hours"], row["measured_gpu_hours"], row["idle_gpu_hours"]) == (3.0, 0.5, 1.5)
+    assert row["unmeasured_demands"] == 1

@@ -5,7 +5,8 @@
   queueing, driven as the broker drives them, in simulated time);
 * :mod:`.history`: recorded rows to demands; :mod:`.records`: reading them (read-only);
 * :mod:`.inventory`: cards added to a policy (``--add POOL:MODEL:COUNT``);
-* :mod:`.compare`: figures per team and pool, side by side; :mod:`.fidelity`: replay
+* :mod:`.compare`: figures per team and pool (granted, measured and idle GPU-hours, the
+  guarantee met on demand), side by side; :mod:`.fidelity`: replay
   against the record; :mod:`.render`: Markdown, JSON and HTML;
 * :mod:`.study`: one what-if (both replays, side by side); :mod:`.advice`: the report's
   "buy" / "move" checked by a replay;

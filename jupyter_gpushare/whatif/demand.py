@@ -42,6 +42,7 @@ class Demand:
     known_work_s: float = 0.0  # estimated: work it had at least (held before a preemption)
     placed: Grant | None = None  # its grant was live when the window began: starts on it
     enter_at: float | None = None  # made before the window, waiting: first decided then
+    utilization: float | None = None  # measured mean use of its grants (0..1); None: no heartbeats
 
     @property
     def first(self) -> Request:

@@ -9,13 +9,21 @@ of another schema version, or with no requests in the month, is refused in one s
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, inspect, or_, select
 
-from ..broker.db import SCHEMA_VERSION, grants_table, requests_table, schema_table
+from ..broker.db import (
+    SCHEMA_VERSION,
+    grant_use_table,
+    grants_table,
+    requests_table,
+    schema_table,
+)
 from ..broker.serial import row_to_grant, spec_to_request
 from ..core.grant_end import kind_of
 from ..core.ledger import month_bounds
@@ -101,6 +109,8 @@ def read_month(engine: Engine, year: int, month: int) -> Month:
                 select(grants_table).where(g.granted_at < end,
                                            g.request_id.in_(select(r.id).where(wanted)))
             ).all()
+            use_rows = _measured_use(conn, [row.id for row in grant_rows],
+                                     f"{year:04d}-{month:02d}")
         finally:
             conn.rollback()
     if not any(start <= row.created_at < end for row in req_rows):
@@ -117,6 +127,44 @@ def read_month(engine: Engine, year: int, month: int) -> Month:
         for row in grant_rows
     ]
     demands = demands_from(requests, grants, end, start=start)
+    demands = with_utilization(demands, use_rows,
+                               {row.id: row.request_id for row in grant_rows})
     warm = [spec_to_request(row.spec) for row in reversed(warm_rows)]
     return Month(year, month, start, end, demands, recorded_grants(requests, grants, demands),
                  sum(1 for row in req_rows if start <= row.created_at < end), warm)
+
+
+def _measured_use(conn: object, grant_ids: list[str],
+                  month: str) -> list[tuple[str, float, int]]:
+    """``(grant_id, utilization_pct_sum, samples)`` of the month's heartbeat aggregates."""
+    u = grant_use_table.c
+    rows: list[tuple[str, float, int]] = []
+    for i in range(0, len(grant_ids), 500):  # stay under SQLite's bound-parameter limit
+        chunk = grant_ids[i:i + 500]
+        rows += [(r.grant_id, float(r.utilization_pct_sum), int(r.samples))
+                 for r in conn.execute(  # type: ignore[attr-defined]
+                     select(u.grant_id, u.utilization_pct_sum, u.samples)
+                     .where(u.month == month, u.grant_id.in_(chunk)))]
+    return rows
+
+
+def with_utilization(demands: list[Demand], use: list[tuple[str, float, int]],
+                     request_of: dict[str, str]) -> list[Demand]:
+    """Each demand with the mean utilisation its grants' heartbeats measured (0..1: the sum
+    of utilisation percentages over the sum of samples, all its grants and GPUs together);
+    a demand with no heartbeat keeps ``None`` (unmeasured)."""
+    pct: dict[str, float] = defaultdict(float)
+    samples: dict[str, int] = defaultdict(int)
+    for grant_id, pct_sum, n in use:
+        rid = request_of.get(grant_id)
+        if rid is not None and n > 0:
+            pct[rid] += pct_sum
+            samples[rid] += n
+    out = []
+    for d in demands:
+        n = sum(samples.get(r.id, 0) for r in d.requests)
+        if n:
+            mean = sum(pct.get(r.id, 0.0) for r in d.requests) / n / 100.0
+            d = dataclasses.replace(d, utilization=min(1.0, max(0.0, mean)))
+        out.append(d)
+    return out

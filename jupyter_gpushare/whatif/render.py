@@ -23,6 +23,14 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def _pair(a: dict[str, Any] | None, b: dict[str, Any] | None, key: str, fmt: Any) -> str:
     left = fmt(a.get(key)) if a else "-"
     right = fmt(b.get(key)) if b else "-"
@@ -38,11 +46,19 @@ TEAM_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("lost GPU-h", "lost_gpu_hours", _num),
     ("preemptions", "preemptions", lambda v: "-" if v is None else str(v)),
     ("GPU-h granted", "gpu_hours", _num),
+    ("GPU-h measured", "measured_gpu_hours", _num),
+    ("GPU-h idle", "idle_gpu_hours", _num),
+    ("unmeasured", "unmeasured_demands", _count),
+    ("guarantee met", "guarantee_met_share", _share),
 )
 POOL_COLUMNS: tuple[tuple[str, str, Any], ...] = (
     ("GPUs", "gpus", lambda v: "-" if v is None else f"{v:g}"),
     ("GPU-h granted", "gpu_hours", _num),
     ("GPU-h unallocated", "unallocated_gpu_hours", _num),
+    ("GPU-h measured", "measured_gpu_hours", _num),
+    ("GPU-h idle", "idle_gpu_hours", _num),
+    ("unmeasured", "unmeasured_demands", _count),
+    ("guarantee met", "guarantee_met_share", _share),
 )
 
 

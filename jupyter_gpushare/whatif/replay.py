@@ -93,6 +93,7 @@ class DemandOutcome:
     preemptions: int = 0
     attempts: int = 0
     lost_s: float = 0.0  # seconds of work (x units) never served: refused, gave up, stopped
+    utilization: float | None = None  # the demand's recorded mean use (0..1); None: unmeasured
 
     @property
     def wait_s(self) -> float | None:
@@ -216,7 +217,8 @@ class Replay:
     def run(self) -> ReplayResult:
         for d in self.demands:
             self.outcomes[d.id] = DemandOutcome(
-                d.id, d.team, d.pool, d.first.kind.value, d.units_milli, d.arrival, d.work_s)
+                d.id, d.team, d.pool, d.first.kind.value, d.units_milli, d.arrival, d.work_s,
+                utilization=d.utilization)
             if d.placed is None or not self._place_carried(d, d.placed):
                 self._arrival(d, 0, d.enters)
         while self.heap:
