@@ -47,6 +47,7 @@ log = logging.getLogger("gpushare.broker.jobs")
 
 TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
+RETENTION_STOP_WAIT_S = 60.0  # how long stop() waits for a retention pass still in its thread
 
 
 class JobManager(JobOutcomes):
@@ -62,6 +63,7 @@ class JobManager(JobOutcomes):
         self.wake = asyncio.Event()
         self._busy: set[str] = set()  # jobs with a backend call in flight
         self._task: asyncio.Task[Any] | None = None
+        self._retention_pass: asyncio.Future[Any] | None = None  # the pass in its thread
         self._stopping = False
         self._real_gpus: bool | None = None
         self.node_return = NodeReturn(broker, self.backend)  # resumes what _node_failed drained
@@ -99,6 +101,11 @@ class JobManager(JobOutcomes):
                     break
             else:
                 log.error("the job loop did not stop after %d cancels", STOP_TRIES)
+        running = self._retention_pass
+        if running is not None and not running.done():
+            # a retention pass goes on in its thread after the loop's cancel: wait (bounded)
+            # so that nothing is deleted after stop() returns
+            await asyncio.wait({running}, timeout=RETENTION_STOP_WAIT_S)
         self.backend.close()
 
     async def _loop(self) -> None:
@@ -109,7 +116,9 @@ class JobManager(JobOutcomes):
                 now = self.broker.clock()
                 if now - last_retention >= max(1.0, self.retention_interval_s):
                     last_retention = now
-                    await self._call(self.retention, now)
+                    # kept, so that stop() waits for a pass its thread is still doing
+                    self._retention_pass = asyncio.ensure_future(self._call(self.retention, now))
+                    await asyncio.shield(self._retention_pass)
             except Exception:
                 log.exception("job loop failed")
             self.wake.clear()
