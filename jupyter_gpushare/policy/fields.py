@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..policy_units import UnitError
+from .bounds import RangeError, name_problem
 from .issues import Collector
-from .schema import MapOf, RangeError, Section, Value, name_problem
+from .schema import MapOf, Section, Value
 from .yamlread import YList, YMap, describe, show
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -135,7 +136,7 @@ class Fields:
     def entries(self, key: str) -> builtins.list[tuple[str, Fields, int, str]]:
         """Items of a mapping-of-sections key (pools, teams, ...): (name, fields, line, path).
 
-        Names are checked here (:data:`~.schema.NAME_PATTERN`, and no two that differ only
+        Names are checked here (:data:`~.bounds.NAME_PATTERN`, and no two that differ only
         in case); each body is read against the key's item section.
         """
         shape = self.section.key(key).shape

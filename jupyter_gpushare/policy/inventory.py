@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.model import GPU, UNIT, Node
+from .bounds import MAX_DEVICES, MAX_NODES
 from .fields import Fields, as_map, join, unknown_ref
 from .issues import Collector
-from .schema import DISCOVERED_SOURCES, GPUS, MAX_DEVICES, MAX_NODES, NODE, SIMULATED
+from .schema import DISCOVERED_SOURCES, GPUS, NODE, SIMULATED
 from .yamlread import YList, YMap, describe
 
 

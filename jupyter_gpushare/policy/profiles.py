@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from ..core.model import GPU, UNIT, GPUAsk, Node, Pool, Profile, SharingMode
 from ..policy_units import UnitError, format_mib, format_units, parse_fraction_milli
+from .bounds import MAX_GPUS_PER_NODE
 from .fields import Fields, as_map, join, unknown_ref
 from .issues import Collector
-from .schema import GPU_ASK, MAX_GPUS_PER_NODE, PROFILE
+from .schema import GPU_ASK, PROFILE
 from .sections import Declared, TeamAt, priority_list
 from .yamlread import YMap, describe
 
