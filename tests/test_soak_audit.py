@@ -1,0 +1,402 @@
+"""The soak harness's audit (issue 28) catches what it is there to catch.
+
+A small hand-made history of a month's run (two teams sharing a GPU, a checkpointing job
+preempted once and resumed) audits clean; each planted violation (a GPU over-allocated, a
+grant outliving its server, a job ending twice, a ledger or report that disagrees with the
+recomputed integral, a team over its limit, a user over their cap, an in-guarantee request
+left waiting, a server with two grants, a preemption without its grace, a 5xx, a resumed
+job restarting from scratch, a heartbeat without a grant) makes it report exactly one.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from soak import history as soak_history  # noqa: E402
+from soak.audit import audit, recompute_gpu_hours  # noqa: E402
+from soak.history import History  # noqa: E402
+from soak.summary import render  # noqa: E402
+
+T0 = 1_000.0
+
+
+def grant(
+    gid: str,
+    user: str,
+    team: str,
+    pool: str,
+    kind: str,
+    holder: str,
+    units: int,
+    slices: list[tuple[str, int, int]],
+    start: float,
+    end: float | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "id": gid,
+        "request_id": "r" + gid[1:],
+        "username": user,
+        "server": holder,
+        "team": team,
+        "pool": pool,
+        "profile": extra.pop("profile", ""),
+        "kind": kind,
+        "units_milli": units,
+        "grace_period_s": extra.pop("grace", 5),
+        "slices": [{"uuid": u, "memory_mib": m, "compute_milli": c} for u, m, c in slices],
+        "granted_at": start,
+        "released_at": end,
+        "end_kind": extra.pop("end_kind", None),
+        "preempt_deadline": extra.pop("deadline", None),
+        "release_reason": extra.pop("reason", "released"),
+        **extra,
+    }
+
+
+def request(
+    rid: str, user: str, team: str, pool: str, profile: str, created: float, status: str = "granted"
+) -> dict[str, Any]:
+    return {
+        "id": rid,
+        "username": user,
+        "team": team,
+        "pool": pool,
+        "profile": profile,
+        "status": status,
+        "reason": "",
+        "created_at": created,
+        "updated_at": created,
+    }
+
+
+def with_figures(h: History) -> History:
+    """The broker's figures as they should be: equal to the recomputation."""
+    for source in ("ledger", "report"):
+        h.figures[source] = {
+            "start": h.started,
+            "now": h.ended,
+            "hours": recompute_gpu_hours(h, h.started, h.ended),
+        }
+    return h
+
+
+def clean() -> History:
+    h = History(seed=7, started=T0, ended=T0 + 1000)
+    h.settings = {"slack_s": 5.0, "admit_within_s": 10.0}
+    h.policy = {
+        "gpus": {"G0": {"memory_mib": 1000}, "T0": {"memory_mib": 1000}},
+        "quotas": {
+            "vision": {
+                "interactive": {"guaranteed": 500, "borrow": 250, "cap": 500},
+                "train": {"guaranteed": 1000, "borrow": 0, "cap": None},
+            },
+            "nlp": {"interactive": {"guaranteed": 500, "borrow": 0, "cap": None}},
+        },
+        "profiles": {
+            "quarter": {"units": 250},
+            "half": {"units": 500},
+            "cpu-only": {"units": 0},
+            "job-1gpu": {"units": 1000},
+        },
+    }
+    h.rows["grants"] = [
+        grant(
+            "g1",
+            "alice",
+            "vision",
+            "interactive",
+            "server",
+            "",
+            250,
+            [("G0", 250, 250)],
+            T0,
+            T0 + 500,
+            profile="quarter",
+        ),
+        grant(
+            "g2",
+            "bob",
+            "nlp",
+            "interactive",
+            "server",
+            "",
+            500,
+            [("G0", 500, 500)],
+            T0 + 100,
+            T0 + 900,
+            profile="half",
+        ),
+        grant(
+            "g3",
+            "alice",
+            "vision",
+            "train",
+            "batch",
+            "j1",
+            1000,
+            [("T0", 1000, 1000)],
+            T0 + 200,
+            T0 + 300,
+            end_kind="preempted",
+            deadline=T0 + 300,
+            reason="preempted: its grace period ran out",
+        ),
+        grant(
+            "g4",
+            "alice",
+            "vision",
+            "train",
+            "batch",
+            "j1",
+            1000,
+            [("T0", 1000, 1000)],
+            T0 + 320,
+            T0 + 400,
+        ),
+    ]
+    h.rows["requests"] = [
+        request("r1", "alice", "vision", "interactive", "quarter", T0 - 0.5),
+        request("r2", "bob", "nlp", "interactive", "half", T0 + 99),
+        request("r3", "alice", "vision", "train", "job-1gpu", T0 + 199),
+        request("r4", "alice", "vision", "train", "job-1gpu", T0 + 315),
+    ]
+    h.rows["jobs"] = [
+        {
+            "id": "j1",
+            "state": "succeeded",
+            "reason": "",
+            "updated_at": T0 + 400,
+            "ended_at": T0 + 400,
+        }
+    ]
+    states = [
+        ("queued", 199),
+        ("admitted", 199.5),
+        ("running", 200),
+        ("preempted", 300),
+        ("queued", 301),
+        ("admitted", 320),
+        ("running", 321),
+        ("succeeded", 400),
+    ]
+    h.rows["job_events"] = [
+        {"id": i, "job_id": "j1", "ts": T0 + t, "to_state": s, "reason": ""}
+        for i, (s, t) in enumerate(states)
+    ]
+    h.rows["heartbeats"] = [{"grant_id": "g1", "ts": T0 + 10}, {"grant_id": "g2", "ts": T0 + 200}]
+    h.backend["attempts"] = {"j1": [[1, 0], [2, 3]]}
+    for t in range(0, 1000, 10):
+        servers = {}
+        if t < 500:
+            servers["alice/"] = {"profile": "quarter", "ready": True}
+        if 100 <= t < 900:
+            servers["bob/"] = {"profile": "half", "ready": True}
+        if 600 <= t < 700:
+            servers["carol/"] = {"profile": "cpu-only", "ready": True}
+        h.record("hub_snapshot", t=T0 + t, servers=servers)
+    h.record("call", t=T0 + 50, client="alice", method="POST", path="/jobs", status=201)
+    return with_figures(h)
+
+
+def over_allocated_gpu(h: History) -> None:
+    h.rows["grants"].append(
+        grant(
+            "g5",
+            "carol",
+            "vision",
+            "interactive",
+            "batch",
+            "x5",
+            500,
+            [("G0", 500, 100)],
+            T0 + 200,
+            T0 + 250,
+        )
+    )
+
+
+def grant_outlives_its_server(h: History) -> None:
+    h.rows["grants"][0]["released_at"] = T0 + 600
+
+
+def job_ends_twice(h: History) -> None:
+    h.rows["job_events"].append(
+        {"id": 99, "job_id": "j1", "ts": T0 + 410, "to_state": "failed", "reason": "again"}
+    )
+
+
+def ledger_disagrees(h: History) -> None:
+    h.figures["ledger"]["hours"]["vision/interactive"] += 0.01
+
+
+def report_disagrees(h: History) -> None:
+    h.figures["report"]["hours"]["nlp/interactive"] *= 1.01
+
+
+def team_above_its_limit(h: History) -> None:
+    h.rows["grants"].append(
+        grant(
+            "g5",
+            "bob",
+            "nlp",
+            "interactive",
+            "batch",
+            "x5",
+            250,
+            [("G0", 200, 200)],
+            T0 + 600,
+            T0 + 650,
+        )
+    )
+
+
+def user_above_the_cap(h: History) -> None:
+    h.rows["grants"].append(
+        grant(
+            "g5",
+            "alice",
+            "vision",
+            "interactive",
+            "batch",
+            "x5",
+            400,
+            [("G0", 200, 200)],
+            T0 + 20,
+            T0 + 30,
+        )
+    )
+
+
+def in_guarantee_request_left_waiting(h: History) -> None:
+    h.rows["requests"].append(
+        request("r9", "dan", "nlp", "interactive", "quarter", T0 + 950, status="queued")
+    )
+    h.ended = T0 + 1000  # 50 s later: past the stated 10 s
+
+
+def server_with_two_grants(h: History) -> None:
+    h.rows["grants"].append(
+        grant(
+            "g5",
+            "bob",
+            "nlp",
+            "interactive",
+            "server",
+            "",
+            0,
+            [],
+            T0 + 400,
+            T0 + 450,
+            profile="half",
+        )
+    )
+
+
+def preempted_before_its_grace(h: History) -> None:
+    h.rows["grants"][2]["preempt_deadline"] = T0 + 303
+
+
+def preempted_without_notice(h: History) -> None:
+    h.rows["grants"][2]["preempt_deadline"] = None
+
+
+def client_got_a_5xx(h: History) -> None:
+    h.record("call", t=T0 + 60, client="alice", method="POST", path="/jobs", status=502)
+
+
+def resumed_from_scratch(h: History) -> None:
+    h.backend["attempts"]["j1"].append([3, 0])
+
+
+def heartbeat_without_a_grant(h: History) -> None:
+    h.rows["heartbeats"].append({"grant_id": "g2", "ts": T0 + 950})
+
+
+PLANTED: list[Callable[[History], None]] = [
+    over_allocated_gpu,
+    grant_outlives_its_server,
+    job_ends_twice,
+    ledger_disagrees,
+    report_disagrees,
+    team_above_its_limit,
+    user_above_the_cap,
+    in_guarantee_request_left_waiting,
+    server_with_two_grants,
+    preempted_before_its_grace,
+    preempted_without_notice,
+    client_got_a_5xx,
+    resumed_from_scratch,
+    heartbeat_without_a_grant,
+]
+FIGURES_KEPT = {ledger_disagrees, report_disagrees}
+
+
+def test_the_clean_history_audits_clean_and_checks_every_invariant() -> None:
+    out = audit(clean())
+    assert out.violations == []
+    assert all(n > 0 for n in out.checked.values()), out.checked
+    assert render(clean(), out).splitlines()[-1] == "violations: 0"
+
+
+@pytest.mark.parametrize("plant", PLANTED, ids=lambda f: f.__name__)
+def test_each_planted_violation_is_reported_once(plant: Callable[[History], None]) -> None:
+    h = clean()
+    plant(h)
+    if plant not in FIGURES_KEPT:
+        with_figures(h)  # the broker's figures follow the planted rows: only the plant shows
+    out = audit(h)
+    assert len(out.violations) == 1, [v.detail for v in out.violations]
+    text = render(h, out)
+    assert text.splitlines()[-1] == "violations: 1"
+    assert "VIOLATION " + out.violations[0].check in text
+
+
+def test_a_violation_found_in_a_saved_history_is_found_again_by_replay(tmp_path: Path) -> None:
+    h = clean()
+    over_allocated_gpu(h)
+    with_figures(h)
+    saved = h.save(tmp_path / "history.json")
+    again = soak_history.load(saved)
+    assert [v.detail for v in audit(again).violations] == [v.detail for v in audit(h).violations]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "soak.py"), "--replay", str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "violations: 1"
+    assert "GPU G0 holds 1250 MiB of 1000 MiB" in proc.stdout
+    clean_file = clean().save(tmp_path / "clean.json")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "soak.py"), "--replay", str(clean_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "violations: 0", proc.stdout
+
+
+def test_a_file_that_is_not_a_history_is_refused_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match="x.json: format"):
+        soak_history.load(bad)
+
+
+def test_the_clean_history_is_not_changed_by_auditing() -> None:
+    h = clean()
+    before = copy.deepcopy(h.to_json())
+    audit(h)
+    assert h.to_json() == before
