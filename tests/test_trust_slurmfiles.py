@@ -81,7 +81,8 @@ class Slurm:
 @pytest.fixture
 def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[SlurmBackend,
                                                                            Slurm]]:
-    backend = SlurmBackend(jobs_dir=str(tmp_path / "jobs"), min_poll_interval_s=0.0)
+    backend = SlurmBackend(jobs_dir=str(tmp_path / "jobs"), min_poll_interval_s=0.0,
+                           state_format="text")  # the stand-in answers scontrol's text
     backend.run_as = "user"
     fake = Slurm()
     monkeypatch.setattr(backend, "_cmd", fake)

@@ -44,7 +44,11 @@ down from the user's root without following a link, as on the local backend.
   an attempt marked ``launched`` is never submitted again;
 * **refusal**: a request Slurm could never run (a node it does not know, more GPUs than the
   node has, more shards than one GPU has) is refused before ``sbatch`` with the reason;
-* **poll**: ``scontrol show job`` plus the runner's ``status.json``;
+* **poll**: Slurm's view of the job plus the runner's ``status.json``. Job and node state
+  are read with ``squeue --json`` and ``sinfo --json`` (:mod:`.slurm_json`) where the
+  installed Slurm answers them (found out at the first read, then kept); a Slurm without
+  ``--json`` is read from ``scontrol show job -o`` / ``show node -o`` text
+  (``state_format``);
 * **signal**: ``scancel --signal=TERM --full`` (the runner passes it to the kernel);
   **kill**: SIGKILL to every step, then ``scancel``;
 * Slurm's requeue is off (``--no-requeue``): a node failure ends the attempt
@@ -69,7 +73,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Float, Integer, List, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, Unicode
 
 from ..userfiles import Folder, UnsafeFile
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
@@ -82,14 +86,27 @@ from .slurm_args import (
     build_request,
     gres_for,
     job_name,
-    parse_node_gres,
     parse_parsable,
     refusal,
     sbatch_argv,
     scancel_argv,
     scancel_signal_argv,
 )
-from .slurm_state import SlurmJob, node_in_service, parse_scontrol_job, status_from, stuck_on
+from .slurm_json import (
+    JsonSupport,
+    SlurmJsonError,
+    SlurmJsonUnavailable,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+from .slurm_state import (
+    SlurmJob,
+    node_in_service,
+    parse_scontrol_job,
+    parse_scontrol_nodes,
+    status_from,
+    stuck_on,
+)
 
 DROPPED_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "CUDA_MPS_PIPE_DIRECTORY")
@@ -177,6 +194,14 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     sbatch = Unicode("sbatch", config=True, help="Path of sbatch.")
     squeue = Unicode("squeue", config=True, help="Path of squeue.")
     scontrol = Unicode("scontrol", config=True, help="Path of scontrol.")
+    sinfo = Unicode("sinfo", config=True, help="Path of sinfo.")
+    state_format = Enum(
+        ["auto", "json", "text"], "auto", config=True,
+        help="How job and node state is read: 'json' (squeue --json, sinfo --json: every "
+        "value whole, Slurm 21.08 and later), 'text' (scontrol show job/node -o: values with "
+        "spaces are cut), or 'auto': JSON unless the installed Slurm does not answer --json "
+        "(found out at the first read, then kept).",
+    )
     scancel = Unicode("scancel", config=True, help="Path of scancel.")
     slurm_conf = Unicode(
         "", config=True,
@@ -246,6 +271,8 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             (lambda: broker.policy) if broker is not None else None)
         self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
         self._nodes: tuple[float, dict[str, SlurmNodeInfo]] | None = None
+        self._queue: tuple[float, list[tuple[SlurmJob, str]]] | None = None  # squeue --json
+        self._json = JsonSupport(str(self.state_format))
         self._lock = threading.Lock()
 
     def capabilities(self) -> Capabilities:
@@ -319,12 +346,62 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
                                     f"{err[-1] if err else f'exit code {done.returncode}'}")
         return done
 
+    # -- reading state: --json where Slurm answers it, else text ----------------------------
+
+    @property
+    def state_reader(self) -> str:
+        """``json`` or ``text``: how state is read now (``auto`` before the first read)."""
+        return self._json.reader
+
+    def _read_json(self, argv: list[str], parse: Callable[[str], Any]) -> Any | None:
+        """``parse`` of what ``argv`` (a ``--json`` command) prints; None: read the text."""
+        if not self._json.wanted():
+            return None
+        done = self._cmd(argv, check=False)
+        first = self._json.answers is None
+        try:
+            parsed = self._json.take(done.returncode, done.stdout, done.stderr, parse)
+        except SlurmJsonUnavailable as exc:
+            if self.state_format == "json":
+                raise SlurmCommandError(f"state_format is 'json', but: {exc}") from exc
+            self.log.warning("this Slurm answers no --json (%s): reading scontrol's text "
+                             "instead (values with spaces are cut)", exc)
+            return None
+        except SlurmJsonError as exc:
+            raise SlurmCommandError(f"{os.path.basename(argv[0])}: {exc}") from exc
+        if first:
+            self.log.info("reading Slurm job and node state with --json")
+        return parsed
+
+    def _squeue_json(self, *, fresh: bool = False) -> list[tuple[SlurmJob, str]] | None:
+        """Every job slurmctld knows, with its user (``squeue --json``, one answer reused
+        for ``min_poll_interval_s``); None: read the text instead."""
+        now = time.monotonic()
+        with self._lock:
+            queue = self._queue
+        if queue is not None and not fresh and now - queue[0] < self.min_poll_interval_s:
+            return queue[1]
+        jobs = self._read_json([self.squeue, "--json", "--states=all"], parse_squeue_json)
+        if jobs is not None:
+            with self._lock:
+                self._queue = (now, jobs)
+        return jobs
+
     def _show_job(self, slurm_id: str, *, fresh: bool = False) -> SlurmJob | None:
         now = time.monotonic()
         with self._lock:
             cached = self._jobs.get(slurm_id)
         if cached is not None and not fresh and now - cached[0] < self.min_poll_interval_s:
             return cached[1]
+        queue = self._squeue_json(fresh=fresh)
+        if queue is not None:
+            found = [job for job, _ in queue if job.job_id == slurm_id]
+            with self._lock:
+                self._jobs[slurm_id] = (now, found[0] if found else None)
+            return found[0] if found else None
+        return self._show_job_text(slurm_id, now)
+
+    def _show_job_text(self, slurm_id: str, now: float) -> SlurmJob | None:
         done = self._cmd([self.scontrol, "show", "job", "-o", slurm_id], check=False)
         job = None
         if done.returncode == 0:
@@ -341,6 +418,12 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     def _by_name(self, name: str, user: str = "") -> str | None:
         """The id of the newest Slurm job named ``name`` that slurmctld still knows (of
         ``user`` where jobs run as the user: anyone may name a Slurm job so)."""
+        queue = self._squeue_json(fresh=True)
+        if queue is not None:
+            mine = self.run_as != "user" or not user
+            named = [int(job.job_id) for job, owner in queue
+                     if job.name == name and (mine or owner == user)]
+            return str(max(named)) if named else None
         argv = [self.squeue, "-h", "--states=all", f"--name={name}", "-o", "%i"]
         if self.run_as == "user" and user:
             argv.append(f"--user={user}")
@@ -353,16 +436,9 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
         now = time.monotonic()
         if self._nodes is not None and now - self._nodes[0] < self.node_cache_s:
             return self._nodes[1]
-        done = self._cmd([self.scontrol, "show", "node", "-o"])
-        out: dict[str, SlurmNodeInfo] = {}
-        for line in done.stdout.splitlines():
-            fields = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
-            name = fields.get("NodeName")
-            if not name:
-                continue
-            gpus, shards = parse_node_gres(fields.get("Gres", ""))
-            parts = tuple(p for p in fields.get("Partitions", "").split(",") if p)
-            out[name] = SlurmNodeInfo(name, gpus, shards, fields.get("State", ""), parts)
+        out = self._read_json([self.sinfo, "--json"], parse_sinfo_json)
+        if out is None:
+            out = parse_scontrol_nodes(self._cmd([self.scontrol, "show", "node", "-o"]).stdout)
         self._nodes = (now, out)
         return out
 
@@ -561,6 +637,7 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     def _forget_cached(self, sid: str) -> None:
         with self._lock:
             self._jobs.pop(sid, None)
+            self._queue = None
 
     def signal(self, handle: RunHandle) -> None:
         sid = self._slurm_id(handle)
@@ -579,4 +656,5 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
 
     def close(self) -> None:
         with self._lock:
+            self._queue = None
             self._jobs.clear()  # the Slurm jobs go on; a restarted broker finds them

@@ -1,8 +1,10 @@
 """What Slurm says about a job, read into a :class:`~.base.RunStatus` (pure: no I/O).
 
-The state comes from ``scontrol show job -o`` (kept by slurmctld for ``MinJobAge`` after the
-end) or ``squeue``; the runner's ``status.json`` in the attempt folder, when there, is the
-result (exit code, failing cell), since it knows what happened inside the notebook. Slurm's
+The state comes from ``squeue --json`` (:mod:`.slurm_json`, where the installed Slurm answers
+``--json``) or, as the fallback for an older Slurm, from the text of ``scontrol show job -o``
+(both kept by slurmctld for ``MinJobAge`` after the end); the runner's ``status.json`` in
+the attempt folder, when there, is the result (exit code, failing cell), since it knows what
+happened inside the notebook. Slurm's
 own end states without a ``status.json`` (the runner never got to write it: node failure,
 out of memory, time limit, cancelled before start) become an error whose summary names the
 Slurm state and reason.
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..spawner.slurm_options import REASONS
 from .base import RunStatus
+from .slurm_args import SlurmNodeInfo, parse_node_gres
 
 ALIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED",
                    "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT",
@@ -71,12 +74,11 @@ def _time(text: str) -> float | None:
 
 
 def parse_scontrol_job(line: str) -> SlurmJob | None:
-    """A job from one line of ``scontrol show job -o`` (None: not a job line)."""
-    fields: dict[str, str] = {}
-    for word in line.split():  # values with spaces (paths) are not read; the first key wins
-        key, sep, value = word.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
+    """A job from one line of ``scontrol show job -o`` (None: not a job line). The fallback
+    for a Slurm without ``--json``: a value with spaces (a job name, a path) is cut at its
+    first space, and a later field is only safe from a value that looks like it because the
+    first key wins (``JobName=x JobState=COMPLETED`` still fools it: name comes first)."""
+    fields = _first_fields(line)
     if "JobId" not in fields:
         return None
     state = fields.get("JobState", "").split("+")[0]
@@ -95,6 +97,32 @@ def parse_scontrol_job(line: str) -> SlurmJob | None:
         restarts=int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
         req_nodes="" if fields.get("ReqNodeList") in (None, "(null)") else fields["ReqNodeList"],
     )
+
+
+def _first_fields(line: str) -> dict[str, str]:
+    """``key=value`` words of one text line; the first of a key wins."""
+    fields: dict[str, str] = {}
+    for word in line.split():
+        key, sep, value = word.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def parse_scontrol_nodes(text: str) -> dict[str, SlurmNodeInfo]:
+    """The nodes of ``scontrol show node -o`` (the fallback for a Slurm without ``--json``).
+    The first key wins, so a drain reason written after ``State=`` (``Reason=disk full
+    State=IDLE``) cannot pose as the node's state."""
+    out: dict[str, SlurmNodeInfo] = {}
+    for line in text.splitlines():
+        fields = _first_fields(line)
+        name = fields.get("NodeName")
+        if not name:
+            continue
+        gpus, shards = parse_node_gres(fields.get("Gres", ""))
+        parts = tuple(p for p in fields.get("Partitions", "").split(",") if p)
+        out[name] = SlurmNodeInfo(name, gpus, shards, fields.get("State", ""), parts)
+    return out
 
 
 DEAD_NODE_WORDS = ("DOWN", "NOT_RESPONDING", "FAIL", "DRAIN", "POWERED_DOWN", "FUTURE")
