@@ -215,6 +215,8 @@ class Profile:
     teams: tuple[str, ...] = ()  # empty: every team
     gpu_models: tuple[str, ...] = ()  # empty: any model in the pool
     priorities: tuple[str, ...] = ()  # extra classes a user may choose besides ``priority``
+    # (KubeSpawner trait, value) pairs for Kubernetes servers; never compared or hashed
+    kubespawner_override: tuple[tuple[str, object], ...] = field(default=(), compare=False)
 
     @property
     def priority_choices(self) -> tuple[str, ...]:

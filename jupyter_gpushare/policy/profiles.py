@@ -181,7 +181,8 @@ def _parse_profile(ctx: Collector, item: YMap, path: str, hw: Pools, names: Decl
     if pool is not None and not ask.is_empty:
         _check_fit(ctx, f, path, ask, pool, hw, models, cpu, memory)
     return Profile(slug, display, pool_name or "", ask, priority, description, cpu, memory,
-                   image, lifetime, allowed, models, extra)
+                   image, lifetime, allowed, models, extra,
+                   kubespawner_override=f.get("kubespawner_override") or ())
 
 
 def _check_team_priorities(ctx: Collector, f: Fields, path: str, priority: str,

@@ -52,6 +52,8 @@ from .bounds import (
     Range,
     RangeError,
 )
+from .kube_override import EXPECTED as _OVERRIDE_EXPECTED
+from .kube_override import OVERRIDE_SCHEMA, kubespawner_override
 from .yamlread import show
 
 INVENTORY_SOURCES = ("static", "simulated", "nvml", "kubernetes")
@@ -468,6 +470,9 @@ PROFILE = Section("A server profile users pick", (
     _k("max_lifetime", POSITIVE_DURATION, "the server is stopped after this long"),
     _k("teams", NAMES, "teams that may use it (default: every team)"),
     _k("gpu_models", NAMES, "GPU models it may land on (default: any)"),
+    _k("kubespawner_override", Value(kubespawner_override, OVERRIDE_SCHEMA, _OVERRIDE_EXPECTED),
+       "KubeSpawner traits for this profile on Kubernetes (volumes, tolerations, ...; never "
+       "GPU: the grant sets that)"),
 ))
 SLURM = Section("How grants become Slurm requests (batch jobs and servers on Slurm)", (
     _k("shards_per_gpu", SHARDS, "GRES shards per GPU: a fraction f of a GPU is asked "
