@@ -33,7 +33,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="the fault and load seed")
     p.add_argument("--users-per-team", type=int, default=2)
     p.add_argument("--max-servers", type=int, default=6, help="servers running at once")
-    p.add_argument("--slurm", action="store_true", help="jobs on the real Slurm cluster")
+    p.add_argument(
+        "--fault-interval", type=float, default=25.0, help="mean seconds between two faults"
+    )
+    p.add_argument("--hold-min", type=float, default=15.0, help="shortest server session (s)")
+    p.add_argument("--hold-max", type=float, default=45.0, help="longest server session (s)")
     p.add_argument("--tmp", default=None, help="folder for the stack (default: a new one)")
     p.add_argument("--history", default=None, help="where to keep the history")
     p.add_argument("--keep-history", action="store_true", help="keep it even with 0 violations")

@@ -116,7 +116,7 @@ def clean() -> History:
             "alice",
             "vision",
             "interactive",
-            "server",
+            "interactive",  # the kind a server's request is stored with
             "",
             250,
             [("G0", 250, 250)],
@@ -129,7 +129,7 @@ def clean() -> History:
             "bob",
             "nlp",
             "interactive",
-            "server",
+            "interactive",  # the kind a server's request is stored with
             "",
             500,
             [("G0", 500, 500)],
@@ -292,7 +292,7 @@ def server_with_two_grants(h: History) -> None:
             "bob",
             "nlp",
             "interactive",
-            "server",
+            "interactive",  # the kind a server's request is stored with
             "",
             0,
             [],

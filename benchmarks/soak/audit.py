@@ -208,7 +208,7 @@ def check_server_grants(h: History) -> tuple[int, list[Violation]]:
     outlives its server, each give or take ``slack_s`` (one reconcile interval)."""
     slack = float(h.settings["slack_s"])
     snaps = [e for e in h.events if e["kind"] == "hub_snapshot"]
-    grants = [g for g in h.rows.get("grants", []) if g["kind"] == "server"]
+    grants = [g for g in h.rows.get("grants", []) if g["kind"] != "batch"]
     profiles = h.policy["profiles"]
     checked, found = 0, []
     for snap in snaps:

@@ -40,6 +40,13 @@ def around(h: History, v: Violation) -> list[str]:
     return lines
 
 
+def _telling(e: dict[str, Any]) -> bool:
+    """Events worth showing around a violation: not snapshots nor calls that went well."""
+    if e["kind"] in ("hub_snapshot", "admission"):
+        return False
+    return not (e["kind"] == "call" and int(e.get("status", 0)) < 400)
+
+
 def recovery(h: History) -> dict[str, tuple[int, float, float]]:
     """fault kind -> (faults, median, max seconds to recover)."""
     took: dict[str, list[float]] = defaultdict(list)

@@ -1,0 +1,269 @@
+"""The seeded fault schedule of a soak run and the injector that carries it out.
+
+Kinds: kill -9 and SIGTERM of the broker, of the hub (started again on the same ports), of a
+single-user server and of a job's kernel; a broken policy file for a while; the database
+locked for a while (SQLite: another connection holds an exclusive lock). Each fault is
+recorded with its target and, where the stack should heal by itself, the seconds until it
+did (the broker serves again; the hub answers and every server has its grant again; the
+hub and the broker both let go of a killed server).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from .drivers import Faults
+from .history import History
+from .stack import Stack
+from .world import BROKEN
+
+KINDS = {  # kind -> weight after the first round (which has each kind once)
+    "broker_kill9": 3,
+    "broker_term": 1,
+    "hub_kill9": 1,
+    "hub_term": 1,
+    "server_kill9": 2,
+    "server_term": 1,
+    "kernel_kill9": 2,
+    "policy_broken": 1,
+    "db_locked": 2,
+}
+RECOVERY_LIMIT_S = 90.0
+
+
+@dataclass(frozen=True)
+class Planned:
+    at_s: float  # after the start of the load
+    kind: str
+    hold_s: float  # how long a broken file or a lock lasts
+
+
+def schedule(seed: int, minutes: float, interval_s: float) -> list[Planned]:
+    """Faults from ``warmup`` to a little before the end, ``interval_s`` apart on average."""
+    rng = random.Random(seed)
+    first = list(KINDS)
+    rng.shuffle(first)
+    plan, at = [], min(20.0, minutes * 60 / 6)
+    while at < minutes * 60 - 15:
+        kind = first.pop(0) if first else rng.choices(list(KINDS), list(KINDS.values()))[0]
+        hold = rng.uniform(4, 12) if kind == "policy_broken" else rng.uniform(2, 5)
+        plan.append(Planned(round(at, 2), kind, round(hold, 2)))
+        at += rng.uniform(0.6, 1.4) * interval_s
+    return plan
+
+
+class Injector(threading.Thread):
+    def __init__(
+        self,
+        stack: Stack,
+        history: History,
+        faults: Faults,
+        plan: list[Planned],
+        rng: random.Random,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(daemon=True, name="faults")
+        self.stack, self.h, self.faults, self.plan = stack, history, faults, plan
+        self.rng, self.stopping = rng, stop
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        t0 = time.time()
+        for p in self.plan:
+            if self.stopping.wait(max(0.0, t0 + p.at_s - time.time())):
+                return
+            try:
+                self.inject(p)
+            except Exception as exc:  # noqa: BLE001 - a fault that could not be carried out
+                self.errors.append(f"{p.kind}: {exc!r}")
+                self.h.record("fault_error", fault=p.kind, error=repr(exc)[:500])
+
+    def inject(self, p: Planned) -> None:
+        started = time.time()
+        target, recovered = getattr(self, p.kind)(p)
+        self.h.record(
+            "fault",
+            t=started,
+            fault=p.kind,
+            target=target,
+            hold_s=p.hold_s,
+            recovered_s=None if recovered is None else round(recovered, 3),
+        )
+
+    # -- the broker ----------------------------------------------------------------------
+
+    def _broker(self, sig: int) -> tuple[str, float | None]:
+        pid = self.stack.broker_pid()
+        if not pid:
+            raise RuntimeError("no broker pid file")
+        w = self.faults.open("broker", "broker")
+        t0 = time.time()
+        os.kill(pid, sig)
+        while self.stack.broker_pid() in (pid, 0) or not self.stack.broker_healthy(0.5):
+            if time.time() - t0 > RECOVERY_LIMIT_S:
+                break
+            time.sleep(0.02)
+        took = time.time() - t0
+        self.faults.close(w)
+        return f"broker pid {pid}", took
+
+    def broker_kill9(self, p: Planned) -> tuple[str, float | None]:
+        return self._broker(signal.SIGKILL)
+
+    def broker_term(self, p: Planned) -> tuple[str, float | None]:
+        return self._broker(signal.SIGTERM)
+
+    # -- the hub -------------------------------------------------------------------------
+
+    def _hub(self, sig: int) -> tuple[str, float | None]:
+        proc = self.stack.hub.proc
+        w = self.faults.open("hub", "hub")
+        t0 = time.time()
+        proc.send_signal(sig)
+        try:
+            proc.wait(40)
+        except Exception:  # noqa: BLE001 - it would not stop: kill it
+            proc.kill()
+            proc.wait(10)
+        down = time.time() - t0
+        self.stack.relaunch_hub()
+        answers = time.time() - t0
+        while not (self.stack.broker_healthy(0.5) and self.consistent()):
+            if time.time() - t0 > RECOVERY_LIMIT_S:
+                break
+            time.sleep(0.2)
+        took = time.time() - t0
+        self.faults.close(w, grace=5.0)
+        return (
+            f"hub pid {proc.pid} (gone after {down:.1f} s, the new hub answered after "
+            f"{answers:.1f} s, broker and grants consistent after {took:.1f} s)"
+        ), took
+
+    def hub_kill9(self, p: Planned) -> tuple[str, float | None]:
+        return self._hub(signal.SIGKILL)
+
+    def hub_term(self, p: Planned) -> tuple[str, float | None]:
+        return self._hub(signal.SIGTERM)
+
+    def consistent(self) -> bool:
+        """Every ready GPU server holds one live grant and no server grant is without its
+        server: the hub's API against the database's rows."""
+        status, users = self.stack.hub.api("GET", "/users", timeout=5)
+        if status != 200:
+            return False
+        running = {
+            f"{u['name']}/{n}": (s.get("user_options") or {}).get("profile", "")
+            for u in users
+            for n, s in (u.get("servers") or {}).items()
+            if s.get("ready")
+        }
+        live: dict[str, int] = {}
+        for g in self.stack.read_rows()["grants"]:
+            if g["released_at"] is None and g["kind"] != "batch" and g["server"] != "probe":
+                key = f"{g['username']}/{g['server']}"
+                live[key] = live.get(key, 0) + 1
+        gpu = self.h.policy["profiles"]
+        want = {k: 1 for k, prof in running.items() if gpu.get(prof, {}).get("units")}
+        return live == want
+
+    # -- a single-user server ------------------------------------------------------------
+
+    def _server(self, sig: int) -> tuple[str, float | None]:
+        status, users = self.stack.hub.api("GET", "/users", timeout=10)
+        ready = [
+            (u["name"], s)
+            for u in (users if status == 200 else [])
+            for n, s in (u.get("servers") or {}).items()
+            if n == "" and s.get("ready")
+        ]
+        if not ready:
+            return "no server running", None
+        user, srv = self.rng.choice(ready)
+        pid = int((srv.get("state") or {}).get("pid") or 0)
+        if not pid or psutil.Process(pid).environ().get("JUPYTERHUB_USER") != user:
+            return f"{user}: no pid of this hub", None
+        w = self.faults.open("server", f"server:{user}")
+        t0 = time.time()
+        os.kill(pid, sig)
+        while time.time() - t0 < RECOVERY_LIMIT_S:  # the hub and the broker let it go
+            status, model = self.stack.hub.api("GET", f"/users/{user}", timeout=5)
+            gone = status == 200 and "" not in (model.get("servers") or {})
+            if gone and not any(
+                g["released_at"] is None
+                and g["username"] == user
+                and g["kind"] != "batch"
+                and g["server"] == ""
+                for g in self.stack.read_rows()["grants"]
+            ):
+                break
+            time.sleep(0.25)
+        took = time.time() - t0
+        self.faults.close(w)
+        return f"server of {user} pid {pid}", took
+
+    def server_kill9(self, p: Planned) -> tuple[str, float | None]:
+        return self._server(signal.SIGKILL)
+
+    def server_term(self, p: Planned) -> tuple[str, float | None]:
+        return self._server(signal.SIGTERM)
+
+    # -- a job's kernel ------------------------------------------------------------------
+
+    def kernel_kill9(self, p: Planned) -> tuple[str, float | None]:
+        running = [j for j in self.stack.read_rows()["jobs"] if j["state"] == "running"]
+        if not running:
+            return "no job running", None
+        job = self.rng.choice(running)
+        pidfile = self.stack.jobs_dir / job["id"] / f"attempt-{job['attempt']}" / "pid"
+        import json
+
+        try:
+            runner = psutil.Process(int(json.loads(pidfile.read_text())["pid"]))
+            kernels = runner.children(recursive=True)
+        except (OSError, ValueError, KeyError, psutil.Error):
+            return f"job {job['id']}: no runner", None
+        if not kernels:
+            return f"job {job['id']}: no kernel yet", None
+        for k in kernels:
+            with contextlib.suppress(psutil.Error):
+                k.kill()
+        return f"kernel of job {job['id']} ({len(kernels)} processes)", None
+
+    # -- the policy file and the database ------------------------------------------------
+
+    def policy_broken(self, p: Planned) -> tuple[str, float | None]:
+        w = self.faults.open("policy", "policy")
+        self.stack.policy_file.write_text(BROKEN)
+        self.stopping.wait(p.hold_s)
+        self.stack.policy_file.write_text(self.stack.policy_text)
+        self.faults.close(w)
+        return f"policy file broken for {p.hold_s} s", None
+
+    def db_locked(self, p: Planned) -> tuple[str, float | None]:
+        w = self.faults.open("db", "db")
+        conn = sqlite3.connect(str(self.stack.db_path), timeout=30, isolation_level=None)
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            self.stopping.wait(p.hold_s)
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        self.faults.close(w)
+        return f"database locked for {p.hold_s} s", None
+
+
+def summary_of(plan: list[Planned]) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for p in plan:
+        counts[p.kind] = counts.get(p.kind, 0) + 1
+    return counts
