@@ -37,7 +37,8 @@ async def test_environments_are_the_users_profiles_and_priorities(tmp_path: Path
         assert status == 200, envs
         by_name = {e["name"]: e for e in envs}
         assert set(by_name) == {"job-1gpu", "vision-1gpu", "debug-quarter"}  # not nlp-1gpu
-        assert by_name["job-1gpu"]["label"] == "Job on 1 GPU"
+        assert by_name["job-1gpu"]["label"] == "job-1gpu"  # the form selects by label
+        assert by_name["job-1gpu"]["description"].startswith("Job on 1 GPU: 1 GPU in pool train")
         assert by_name["job-1gpu"]["compute_types"] == ["training", "research"]
         assert by_name["job-1gpu"]["default_compute_type"] == "research"
         assert by_name["debug-quarter"]["compute_types"] == ["interactive"]

@@ -30,6 +30,7 @@ def priorities_of(profile: dict[str, Any], order: list[str]) -> list[str]:
 
 
 def describe(profile: dict[str, Any], limits: dict[str, Any]) -> str:
+    shown = profile.get("display_name") or profile["slug"]
     gpu = (profile.get("gpu") or {}).get("describe") or "GPU"
     longest = profile.get("max_lifetime_s") or limits.get("max_runtime")
     default = limits.get("default_max_runtime")
@@ -37,7 +38,7 @@ def describe(profile: dict[str, Any], limits: dict[str, Any]) -> str:
     if default and longest:
         runtime += f" (default {hours(min(default, longest))})"
     return (
-        f"{gpu} in pool {profile.get('pool')}{runtime}. Priority: compute type; "
+        f"{shown}: {gpu} in pool {profile.get('pool')}{runtime}. Priority: compute type; "
         f"runtime: parameter {MAX_RUNTIME_PARAM} (e.g. 2h); checkpointing: parameter "
         f"{CHECKPOINT_PARAM}=true"
     )
@@ -50,7 +51,8 @@ def environment_of(
     default = profile.get("priority")
     return RuntimeEnvironment(
         name=profile["slug"],
-        label=profile.get("display_name") or profile["slug"],
+        # jupyter-scheduler's form shows ``name`` but selects by ``label``: keep them equal
+        label=profile["slug"],
         description=describe(profile, limits),
         file_extensions=["ipynb"],
         output_formats=list(OUTPUT_FORMATS),
