@@ -4,6 +4,11 @@ Every sample it produces says ``simulated=True``. Per-process memory can be set 
 hand (:meth:`SimulatedSampler.set_process_memory`), which is how the watchdog is
 exercised without a GPU: make a real kernel process "use" N MiB.
 
+A notebook makes its own kernel "use" simulated GPU memory and compute with
+:mod:`jupyter_gpushare.simgpu` (``use_gpu_memory("6 GiB")``): the request is a small file
+per kernel process (:mod:`.simrequests`), read here at each sample for the server's own
+kernels (``own_pids``) only, bounded by the card, and dropped when the kernel dies.
+
 A server's own use is modelled from its real processes (``own_pids``): a process computes
 on its simulated GPU as hard as it computes on the CPU, up to the grant's compute share
 (``own_compute_pct``). An idle kernel uses nothing; a cell that runs shows up at once.
@@ -18,10 +23,12 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .model import GPUSample, ProcessSample, Sample
 from .sampler import DEFAULT_HISTORY_S, DEFAULT_INTERVAL_S, Sampler
+from .simrequests import SimRequest, read_request, remove_request, requests_dir
 
 DEFAULT_MODEL = "H200-sim"
 DEFAULT_MEMORY_MIB = 143771
@@ -70,6 +77,7 @@ class SimulatedSampler(Sampler):
         power_limit_w: float = 700.0,
         own_pids: Callable[[], Iterable[int]] | None = None,
         own_compute_pct: float | None = None,
+        requests_folder: Path | None = None,
     ) -> None:
         super().__init__(interval_s, history_s)
         self.own_pids = own_pids
@@ -82,6 +90,8 @@ class SimulatedSampler(Sampler):
         self.power_limit_w = power_limit_w
         self._procs: dict[tuple[int, str], _SimProcess] = {}
         self._lock = threading.Lock()
+        self.requests_folder = requests_folder
+        self._own_seen: set[int] = set()
 
     @property
     def simulated(self) -> bool:
@@ -140,6 +150,34 @@ class SimulatedSampler(Sampler):
         self._ps = alive
         return out
 
+    def requested_use(self) -> dict[int, SimRequest]:
+        """What the server's own kernels asked to use (:mod:`jupyter_gpushare.simgpu`),
+        bounded by the card; the request of a kernel that left ``own_pids`` (it died or
+        restarted) is deleted. Blocking (files, psutil): the sampler thread's."""
+        if self.own_pids is None:
+            return {}
+        if self.requests_folder is None:
+            self.requests_folder = requests_dir()
+        own = {p for p in self.own_pids() if p}
+        for pid in self._own_seen - own:
+            remove_request(pid, self.requests_folder)
+        self._own_seen = own
+        out: dict[int, SimRequest] = {}
+        for pid in own:
+            req = read_request(pid, self.memory_total_mib, len(self.uuids), self.requests_folder)
+            if req is not None:  # zeros too: "release" overrides simulated_kernel_memory_mib
+                out[pid] = req
+        return out
+
+    def _with_requests(self, procs: list[_SimProcess]) -> list[_SimProcess]:
+        """``procs`` with each requesting kernel's use replaced by what it asked for."""
+        requests = self.requested_use()
+        if not requests:
+            return procs
+        kept = [p for p in procs if p.pid not in requests]
+        return kept + [_SimProcess(r.pid, self.uuids[r.gpu], r.memory_mib, r.compute_pct)
+                       for r in requests.values()]
+
     # -- sampling ------------------------------------------------------------------
     def _gpu(self, index: int, uuid: str, t: float, procs: list[_SimProcess]) -> GPUSample:
         ph = _phase(uuid)
@@ -170,6 +208,7 @@ class SimulatedSampler(Sampler):
         modelled = self.modelled_use()
         with self._lock:
             procs = list(self._procs.values())
+        procs = self._with_requests(procs)
         if modelled:
             first = self.uuids[0]
             by_pid = {p.pid: p for p in procs if p.gpu_uuid == first}
