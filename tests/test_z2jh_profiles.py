@@ -210,3 +210,50 @@ async def test_the_form_offers_the_options_and_reads_them_back(policy_path):
         }
     )
     assert options == {"profile": "debug-eighth", "image": "tensorflow"}
+
+
+async def test_a_callable_profile_list_is_evaluated_at_spawn(policy_path):
+    c = hub_config(policy_path, "kai")
+    entries = c.KubeSpawner.profile_list
+
+    async def profile_list(spawner):
+        return entries
+
+    c.KubeSpawner.profile_list = profile_list
+    sp = make_spawner(c, {"profile": "debug-eighth", "image": "tensorflow"})
+    assert sp.resolve_profile() == "debug-eighth"  # the options wait for the list
+    pod, grant = await spawn_pod(sp)
+    validate_all(pod)
+    assert container(pod)["image"] == "quay.io/jupyter/tensorflow-notebook:cuda-latest"
+    grant_part(pod, grant, "kai", sp)
+
+
+async def test_an_unlisted_choice_goes_through_kubespawners_own_checks(policy_path):
+    c = hub_config(policy_path, "hami")
+    option = c.KubeSpawner.profile_list[0]["profile_options"]["image"]
+    option["unlisted_choice"] = {
+        "enabled": True,
+        "validation_regex": r"^quay\.io/jupyter/[a-z-]+:[\w.-]+$",
+        "kubespawner_override": {"image": "{value}"},
+    }
+    image = "quay.io/jupyter/r-notebook:2025-01-01"
+    sp = make_spawner(c, {"profile": "debug-eighth", "image--unlisted-choice": image})
+    pod, _ = await spawn_pod(sp)
+    assert container(pod)["image"] == image
+    from jupyterhub.spawner import SpawnException
+
+    with pytest.raises(SpawnException) as e:
+        sp.resolve_profile({"profile": "debug-eighth", "image--unlisted-choice": "evil.io/x"})
+    assert e.value.status_code == 400 and "validation regex" in str(e.value)
+
+
+async def test_the_form_shows_options_only_for_profiles_the_user_may_start(tmp_path):
+    doc = policy_doc()
+    for p in doc["profiles"]:
+        if p["slug"] == "debug-eighth":
+            p["teams"] = ["nlp"]
+    sp = make_spawner(hub_config(write_policy(tmp_path, doc), "whole"))
+    sp.form_broker_timeout = 0.01
+    sp.broker_url = "http://127.0.0.1:9/api/v1"
+    sp.broker_retry_window_s = 0
+    assert "profile-option-debug-eighth--image" not in await sp.render_gpushare_form()

@@ -28,6 +28,7 @@ from traitlets.config import Config, Configurable
 from jupyter_gpushare.broker.client import GrantInfo
 from jupyter_gpushare.core.model import Profile
 from jupyter_gpushare.spawner import enforcement
+from jupyter_gpushare.spawner import form as formlib
 from jupyter_gpushare.spawner.errors import spawn_error
 from jupyter_gpushare.spawner.kube_guard import gpu_conflicts
 from jupyter_gpushare.spawner.kube_options_form import render_options, site_options_from_form
@@ -170,6 +171,8 @@ class KubeGPUShareSpawner(GPUShareSpawner, SiteProfilesMixin, KubeSpawner):
             self.site_entry(slug_option, entries or []) if isinstance(slug_option, str) else None
         )
         offered = self.option_keys(entry)
+        if entries is None:  # a callable profile_list, not evaluated yet: start checks them
+            offered = set(options) - formlib.ALLOWED_KEYS
         site = {k: v for k, v in options.items() if k in offered}
         slug = super().resolve_profile({k: v for k, v in options.items() if k not in offered})
         if entry is not None and site:
@@ -192,7 +195,9 @@ class KubeGPUShareSpawner(GPUShareSpawner, SiteProfilesMixin, KubeSpawner):
         page = await super().render_gpushare_form()
         entries = await self.site_profile_list()
         policy = self.gpushare_policy()
-        slugs = {p.slug for p in policy.profiles} if policy is not None else set()
+        slugs = (
+            {c.slug for c in formlib.choices_for(policy, self.user_groups())} if policy else set()
+        )
         return page + render_options(
             [e for e in entries if e.get("slug") in slugs], self.user_options or {}
         )
