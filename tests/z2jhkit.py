@@ -151,8 +151,9 @@ async def spawn_pod(sp: KubeGPUShareSpawner) -> tuple[dict[str, Any], GrantInfo 
         sp.grant_id = grant.id
         sp.apply_profile(profile)
         sp.apply_grant(grant, profile)
-    pod = ApiClient().sanitize_for_serialization(await sp.get_pod_manifest())
-    return pod, grant
+    manifest = await sp.get_pod_manifest()
+    async with ApiClient() as api:
+        return api.sanitize_for_serialization(manifest), grant
 
 
 def validate_all(obj: dict[str, Any]) -> None:
