@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, Request
 from .packrows import NodeView, Row, RowTable, row_of
+from .scarcity import HostKind, Scarcity
 from .state import GPUState, NodeState
 
 GRADIENT_STEP = 120.0
@@ -106,7 +107,8 @@ class PoolIndex:
 
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
-        self.table = FragTable(workload.shapes)
+        self.scarcity = _scarcity_of(nodes)
+        self.table = FragTable(self._target())
         self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[NodeView] = []
@@ -150,12 +152,18 @@ class PoolIndex:
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
-        old, self.table = self.table, FragTable(self.workload.shapes)
+        old, self.table = self.table, FragTable(self._target())
         scale = _starvation_scale(self.workload, self.cpu_per_gpu)
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
         # the old table's memos too (every dict it holds)
         self._drop_memos(*(v for v in vars(old).values() if isinstance(v, dict)))
+
+    def _target(self) -> list[tuple[Shape, float]]:
+        """The target workload of this pool: the learned shapes weighed by their scarcity."""
+        if not SCARCITY:
+            return self.workload.shapes
+        return self.scarcity.target(self.workload.counts)
 
     def _drop_memos(self, *more: dict) -> None:
         """Start every memo afresh; the old ones are freed a little per decision after.
@@ -493,6 +501,19 @@ class PoolIndex:
                 if prune:
                     cut = rank
         return [best] if best is not None else []
+
+
+def _scarcity_of(nodes: list[NodeState]) -> Scarcity:
+    """The pool's node kinds as hosts (models, GPU count, CPU) with their GPUs counted."""
+    gpus: dict[HostKind, int] = {}
+    for ns in nodes:
+        kind = HostKind(ns.node.gpu_models, len(ns.gpus), ns.node.cpu_milli)
+        gpus[kind] = gpus.get(kind, 0) + len(ns.gpus)
+    return Scarcity(gpus.items())
+
+
+SCARCITY = True
+"""Weigh learned shapes by their scarcity in the pool (:mod:`.scarcity`)."""
 
 
 def _starvation_scale(workload: Workload, cpu_per_gpu: float) -> float:
