@@ -271,3 +271,22 @@ async def test_a_callable_that_stays_off_the_grant_is_applied(policy_path):
     }
     pod, grant = await spawn_pod(make_spawner(c, {"profile": "train-1gpu"}))
     assert env(pod)["RUN_BY"] == "alice" and env(pod)["GPUSHARE_GRANT_ID"] == grant.id
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ({"cpu_guarantee": 32}, "cpu_guarantee 32 is more than policy profile 'train-1gpu'"),
+        ({"mem_guarantee": "500G"}, "mem_guarantee 500G (512000 MiB) is more than policy"),
+    ],
+)
+def test_a_guarantee_above_the_policys_is_warned_of(override, said, policy_path):
+    warnings = check_kube_profiles(
+        hub_config(policy_path, "whole", entries_with("train-1gpu", override))
+    )
+    assert len(warnings) == 1 and said in warnings[0] and "may not fit" in warnings[0]
+    within = {"cpu_guarantee": 24, "mem_guarantee": "400G", "cpu_limit": 96}
+    assert (
+        check_kube_profiles(hub_config(policy_path, "whole", entries_with("train-1gpu", within)))
+        == []
+    )

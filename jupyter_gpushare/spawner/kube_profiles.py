@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from jupyter_gpushare.core.model import Policy
+from jupyter_gpushare.core.model import Policy, Profile
 from jupyter_gpushare.spawner.kube_guard import Enforced, override_problems
 
 if TYPE_CHECKING:
@@ -60,6 +60,34 @@ def _option_overrides(slug: str, entry: Entry) -> Iterable[tuple[str, Mapping[st
         )
 
 
+def _guarantee_warnings(owner: str, override: Mapping[str, Any], profile: Profile) -> list[str]:
+    """Guarantees above the policy profile's: the broker placed the grant by the policy's
+    CPU and memory, so a pod pinned to that node may not fit there."""
+    from jupyterhub.traitlets import ByteSpecification
+    from traitlets import TraitError
+
+    out = []
+    cpu = override.get("cpu_guarantee")
+    if isinstance(cpu, (int, float)) and cpu * 1000 > profile.cpu_milli:
+        out.append(
+            f"{owner}: cpu_guarantee {cpu:g} is more than policy profile "
+            f"{profile.slug!r}'s {profile.cpu_milli / 1000:g} CPU, by which the broker "
+            "places the server: the pod may not fit the granted node"
+        )
+    mem = override.get("mem_guarantee")
+    try:
+        mem_mib = ByteSpecification().validate(None, mem) / 2**20 if mem is not None else 0
+    except TraitError:  # KubeSpawner refuses it when the server starts, saying why
+        mem_mib = 0
+    if mem_mib > profile.memory_mib:
+        out.append(
+            f"{owner}: mem_guarantee {mem} ({mem_mib:.0f} MiB) is more than policy "
+            f"profile {profile.slug!r}'s {profile.memory_mib} MiB, by which the broker "
+            "places the server: the pod may not fit the granted node"
+        )
+    return out
+
+
 def profile_list_problems(
     entries: list[Entry], policy: Policy | None, traits: set[str], enforced: Enforced
 ) -> tuple[list[str], list[str]]:
@@ -75,6 +103,11 @@ def profile_list_problems(
         )
         for who, override in _option_overrides(slug, entry):
             errors += override_problems(who, override, traits, enforced)
+        profile = policy.profile(slug) if policy is not None else None
+        if profile is not None and not profile.gpu.is_empty:
+            warnings += _guarantee_warnings(owner, entry.get("kubespawner_override") or {}, profile)
+            for who, override in _option_overrides(slug, entry):
+                warnings += _guarantee_warnings(who, override, profile)
         if slugs is not None and slug not in slugs:
             warnings.append(
                 f"{owner} ({entry.get('display_name') or slug}) has no policy profile with "
