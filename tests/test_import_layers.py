@@ -42,12 +42,17 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
 BREAKERS: dict[str, tuple[str, str]] = {
     "core-pure": ("jupyter_gpushare.core.model", "jupyter_gpushare.userfiles"),
     "policy-below-runtime": ("jupyter_gpushare.policy.loader", "jupyter_gpushare.broker.app"),
-    "broker-client-alone": ("jupyter_gpushare.broker.client", "jupyter_gpushare.broker.service"),
+    "broker-client-alone": ("jupyter_gpushare.broker.client",
+                            "jupyter_gpushare.broker.service.broker"),
     "backends-no-broker-server": ("jupyter_gpushare.backends.local",
-                                  "jupyter_gpushare.broker.handlers"),
+                                  "jupyter_gpushare.broker.api.handlers"),
     "serverextension-over-http": ("jupyter_gpushare.serverextension.jobs",
                                   "jupyter_gpushare.broker.client"),
     "telemetry-alone": ("jupyter_gpushare.telemetry.sampler", "jupyter_gpushare.spawner.local"),
+    "broker-rooms": ("jupyter_gpushare.broker.store.serial",
+                     "jupyter_gpushare.broker.service.views"),
+    "broker-shared-modules": ("jupyter_gpushare.broker.errors",
+                              "jupyter_gpushare.broker.service.limits"),
     "layers": ("jupyter_gpushare.policy_units", "jupyter_gpushare.policy.loader"),
 }
 
