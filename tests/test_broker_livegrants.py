@@ -20,8 +20,8 @@ from corefactory import request
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import select
 
-from jupyter_gpushare.broker.store import livegrants
 from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store import livegrants
 from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table
 from jupyter_gpushare.broker.store.serial import request_to_spec, spec_to_request
 from jupyter_gpushare.core.model import GPUAsk, Kind, Request

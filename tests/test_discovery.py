@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from kubefixtures import kube_node
 
-from jupyter_gpushare.discovery import DiscoveryError, nodes_from_kubernetes, nvml_gpus
-from jupyter_gpushare.policy import DiscoverySpec, PolicyError, load_policy, parse_policy
+from jupyter_gpushare.discovery import DiscoveryError, load_policy, nodes_from_kubernetes, nvml_gpus
+from jupyter_gpushare.policy import DiscoverySpec, PolicyError, parse_policy
 
 NODES = [
     kube_node("gpu-a", "train", 8),

@@ -29,9 +29,7 @@ ROOT = Path(__file__).parents[1]
 PACKAGE = "jupyter_gpushare"
 
 KNOWN_CYCLES: set[frozenset[str]] = set()
-"""Module cycles accepted for now (none): a new one fails the test below. (Packages still
-import each other lazily in places: policy.loader imports discovery inside load_policy for its
-default discover, so the layers contract keeps discovery : policy side by side; issue 24.)"""
+"""Module cycles accepted for now (none): a new one fails the test below."""
 
 CONTRACT_TYPES: dict[str, type[Contract]] = {
     "forbidden": ForbiddenContract,

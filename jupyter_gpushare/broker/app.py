@@ -286,9 +286,10 @@ class BrokerApp(Application):
             return _import(self.policy_factory)()
         if not self.policy_file:
             raise SystemExit("gpushare broker: set BrokerApp.policy_file (the policy YAML)")
+        from ..discovery import discover
         from ..policy import load_policy
 
-        return load_policy(self.policy_file)
+        return load_policy(self.policy_file, discover)
 
     def build(self) -> web.Application:
         """Create the service, the database and the tornado app (no listening yet)."""
