@@ -67,8 +67,8 @@ from brokerkit import static_tokens  # noqa: E402
 from brokerpolicies import bench, bench_nodes  # noqa: E402
 from pgserver import PgServer, pg_missing_reason  # noqa: E402
 
-from jupyter_gpushare.broker.db import make_engine  # noqa: E402
-from jupyter_gpushare.broker.service import Broker, new_id  # noqa: E402
+from jupyter_gpushare.broker.service.broker import Broker, new_id  # noqa: E402
+from jupyter_gpushare.broker.store.db import make_engine  # noqa: E402
 from jupyter_gpushare.core.model import GPUAsk, Kind, Request  # noqa: E402
 
 TEAMS = 20
@@ -536,7 +536,7 @@ def run_one(
         "--BrokerApp.reconcile_interval_s=0",
         "--BrokerApp.reconcile_min_age_s=0",  # the probed pass checks every live grant
         "--BrokerApp.log_level=WARN",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
         f"--BrokerApp.raw_sql={not args.legacy_sql}",
         *args.broker_arg,

@@ -1,7 +1,7 @@
 """kill -9 of the broker under load: time to serve again, client-visible 5xx, grants lost or
 duplicated (issue 23, finding 19).
 
-Runs ``broker/supervisor.py`` the way the hub does (this script stands in for the hub: it is
+Runs ``broker/ops/supervisor.py`` the way the hub does (this script stands in for the hub: it is
 the supervisor's parent) and keeps ``--spawners`` concurrent spawn-like clients busy (each:
 ``POST /requests`` with a fresh idempotency key through :class:`BrokerClient`, hold the grant
 a moment, read it, release it) plus ``--readers`` concurrent readers (team usage, profiles,
@@ -47,7 +47,7 @@ from sqlalchemy import func, select  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 
 from jupyter_gpushare.broker.client import BrokerClient, BrokerError  # noqa: E402
-from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table  # noqa: E402
+from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table  # noqa: E402
 from jupyter_gpushare.core.model import GPUAsk, Policy, Profile  # noqa: E402
 
 AsyncHTTPClient.configure(None, max_clients=256)
@@ -108,13 +108,13 @@ class Run:
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO / "tests"),
                                              env.get("PYTHONPATH", "")])
         env.setdefault("GPUSHARE_SUPERVISOR_STANDBY", "1")
-        cmd = [sys.executable, "-m", "jupyter_gpushare.broker.supervisor",
+        cmd = [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor",
                "--BrokerApp.policy_factory=broker_kill:kill_policy",
                f"--BrokerApp.db_url={self.db_url}", f"--BrokerApp.port={self.port}",
                "--BrokerApp.ip=127.0.0.1", "--BrokerApp.use_hub=False",
                "--BrokerApp.reconcile_on_start=False", "--BrokerApp.reconcile_interval_s=0",
                "--BrokerApp.authenticator_class="
-               "jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+               "jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
                f"--StaticTokenAuthenticator.tokens_file={tokens}",
                "--BrokerApp.log_level=WARN"]
         self.log = open(self.tmp / "supervisor.log", "wb")  # noqa: SIM115 - closed in main

@@ -40,7 +40,8 @@ import time
 from typing import Any
 
 from jupyter_gpushare.broker import app as broker_app
-from jupyter_gpushare.broker import fastsql, service
+from jupyter_gpushare.broker.service import broker as service
+from jupyter_gpushare.broker.store import fastsql
 
 TICK = 0.001
 SLOW = 0.005  # callbacks of more CPU than this are named in the records
@@ -123,7 +124,7 @@ def main() -> None:
     timed(service.Broker, "submit", "submit")
     timed(fastsql.FastWriter, "write", "write")
     try:  # commits sent by the loop: a group's round trip, from its query sent to its answer
-        from jupyter_gpushare.broker import commitasync
+        from jupyter_gpushare.broker.store import commitasync
     except ImportError:  # a baseline from before them
         commitasync = None  # type: ignore[assignment]
     if commitasync is not None:
@@ -160,7 +161,7 @@ def main() -> None:
     broker_app.BrokerApp._log_request = _log_request  # type: ignore[method-assign]
     leak: dict[str, int] = {}
     try:
-        from jupyter_gpushare.broker import gcpace
+        from jupyter_gpushare.broker.ops import gcpace
     except ImportError:  # a baseline from before the pacer
         gcpace = None  # type: ignore[assignment]
     if gcpace is not None:

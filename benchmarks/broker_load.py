@@ -39,8 +39,8 @@ def measure(db_url: str, nodes: int, grants: int, reps: int) -> list[float]:
     sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
     import broker as bench  # noqa: PLC0415
 
-    from jupyter_gpushare.broker.db import make_engine  # noqa: PLC0415
-    from jupyter_gpushare.broker.service import Broker  # noqa: PLC0415
+    from jupyter_gpushare.broker.service.broker import Broker  # noqa: PLC0415
+    from jupyter_gpushare.broker.store.db import make_engine  # noqa: PLC0415
 
     policy = bench.bench_policy(nodes)
     out = []
@@ -95,7 +95,7 @@ def startup(
         f"--BrokerApp.db_url={db_url}", f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1",
         "--BrokerApp.use_hub=False", "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0", "--BrokerApp.log_level=WARN",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
     ]
     log = tmp / "broker.log"

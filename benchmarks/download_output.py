@@ -56,7 +56,7 @@ def start_broker(tmp: Path, port: int) -> subprocess.Popen[bytes]:
         f"--BrokerApp.db_url=sqlite:///{tmp}/broker.sqlite",
         f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1",
         "--BrokerApp.use_hub=False", "--BrokerApp.reconcile_on_start=False",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
         f"--JobManager.jobs_dir={tmp}/jobs",
         f"--JobManager.user_root_template={tmp}/home/{{username}}",

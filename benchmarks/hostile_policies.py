@@ -14,7 +14,7 @@ Every file goes through what an admin or the services run on it:
 
 * ``check-policy FILE`` (``cli.main``, in process, stdout and stderr captured);
 * ``export kueue|slurm|ytsaurus FILE`` (the same, each target; slurm as ``--format all``);
-* the broker's reload path (:func:`jupyter_gpushare.broker.reload._read_and_parse`, what
+* the broker's reload path (:func:`jupyter_gpushare.broker.ops.reload._read_and_parse`, what
   ``PolicyReloader.reload`` runs in its worker thread);
 * the spawner's hold on the policy (``load_policy_cached`` with a last good policy).
 
@@ -394,7 +394,7 @@ def _bad_output(text: str) -> bool:
 
 def run_file(tally: Tally, path: Path, last_good: Any) -> None:
     """Every reader on one file; what went wrong is added to ``tally``."""
-    from jupyter_gpushare.broker.reload import _read_and_parse
+    from jupyter_gpushare.broker.ops.reload import _read_and_parse
     from jupyter_gpushare.policy import PolicyError
     from jupyter_gpushare.spawner import profile_choice
 

@@ -330,7 +330,7 @@ async def bench_drain(total: int) -> None:
     states = [jobs[j].state.value for j, _, _ in submitted]
     from sqlalchemy import select
 
-    from jupyter_gpushare.broker.db import grants_table
+    from jupyter_gpushare.broker.store.db import grants_table
 
     first_grant: dict[str, float] = {}
     with broker.engine.connect() as conn:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, select
 
-from jupyter_gpushare.broker.db import (
+from jupyter_gpushare.broker.store.db import (
     grant_use_table,
     grants_table,
     make_engine,

@@ -1,4 +1,4 @@
-"""How fast a killed broker serves again under ``broker/supervisor.py`` (issue 8 item 14).
+"""How fast a killed broker serves again under ``broker/ops/supervisor.py`` (issue 8 item 14).
 
 Runs the supervisor the way the hub does (this script stands in for the hub: it is the
 supervisor's parent), kills the broker with SIGKILL ``--kills`` times and measures the time
@@ -61,7 +61,7 @@ def run(standby: bool, kills: int) -> list[float]:
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-restart-"))
     port = free_port()
     env = dict(os.environ, GPUSHARE_SUPERVISOR_STANDBY="1" if standby else "0")
-    cmd = [sys.executable, "-m", "jupyter_gpushare.broker.supervisor",
+    cmd = [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor",
            f"--BrokerApp.policy_file={POLICY}", f"--BrokerApp.db_url=sqlite:///{tmp}/b.sqlite",
            f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1", "--BrokerApp.use_hub=False",
            "--BrokerApp.reconcile_on_start=False", "--BrokerApp.reconcile_interval_s=0",

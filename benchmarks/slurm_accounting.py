@@ -38,8 +38,8 @@ from slurmledger import (  # noqa: E402
     wave,
 )
 
-from jupyter_gpushare.broker.db import make_engine  # noqa: E402
-from jupyter_gpushare.broker.service import Broker  # noqa: E402
+from jupyter_gpushare.broker.service.broker import Broker  # noqa: E402
+from jupyter_gpushare.broker.store.db import make_engine  # noqa: E402
 from jupyter_gpushare.export.slurm import account_name  # noqa: E402
 from jupyter_gpushare.policy import load_policy  # noqa: E402
 

@@ -30,9 +30,9 @@ from sqlalchemy import func, insert, select  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 
-from jupyter_gpushare.broker.db import requests_table  # noqa: E402
-from jupyter_gpushare.broker.limits import BrokerLimits  # noqa: E402
-from jupyter_gpushare.broker.retention import DAY, RequestRetention  # noqa: E402
+from jupyter_gpushare.broker.ops.retention import DAY, RequestRetention  # noqa: E402
+from jupyter_gpushare.broker.service.limits import BrokerLimits  # noqa: E402
+from jupyter_gpushare.broker.store.db import requests_table  # noqa: E402
 
 REFUSED = {"pool": "debug", "gpu": {"count": 4}}
 

@@ -1,7 +1,8 @@
 """Inventory discovery: turn ``inventory.source: nvml | kubernetes`` into nodes.
 
 The policy loader stays free of I/O; it hands a :class:`~jupyter_gpushare.policy.DiscoverySpec`
-to :func:`discover`, which the broker and the spawner pass as ``load_policy(..., discover=...)``.
+to :func:`discover`. :func:`load_policy` here is the policy loader with it: what the broker,
+the spawner and the commands use to read a policy file whose inventory may be discovered.
 
 * ``nvml``: the GPUs of this machine, read through NVML (``pynvml``) once at load time.
   Options: ``pool`` (required), ``node`` (default: the host name), ``cpu``/``memory``
@@ -22,10 +23,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
-from .core.model import GPU, Node
+from .core.model import GPU, Node, Policy
 from .policy.inventory import DiscoverySpec
+from .policy.loader import load_policy as load_policy_with
 from .policy_units import parse_cpu_milli, parse_memory_mib
 
 POOL_LABEL = "gpushare.jupyter.org/pool"
@@ -43,6 +46,13 @@ def discover(spec: DiscoverySpec) -> tuple[Node, ...]:
     if spec.source == "kubernetes":
         return nodes_from_kubernetes(fetch_kubernetes_nodes(spec.options), spec.options)
     raise DiscoveryError(f"{spec.file}:{spec.line}: unknown inventory source {spec.source!r}")
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load a policy file, discovering its inventory when it says ``source: nvml`` or
+    ``kubernetes``; raises :class:`~jupyter_gpushare.policy.PolicyError` listing every error (a
+    failed discovery names the file and line of ``inventory.source``)."""
+    return load_policy_with(path, discover)
 
 
 # -- NVML ---------------------------------------------------------------------------------

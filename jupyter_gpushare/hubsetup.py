@@ -143,7 +143,7 @@ def setup_gpushare(
     command = [
         sys.executable,
         "-m",
-        "jupyter_gpushare.broker.supervisor",  # runs and restarts the broker (supervisor.py)
+        "jupyter_gpushare.broker.ops.supervisor",  # runs and restarts the broker (supervisor.py)
         f"--BrokerApp.policy_file={os.path.abspath(policy_file)}",
         f"--BrokerApp.db_url={db_url}",
         *_job_args(c, spawner, broker_args),

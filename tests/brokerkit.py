@@ -17,7 +17,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.iostream import StreamClosedError
 
 from jupyter_gpushare.broker import BrokerApp
-from jupyter_gpushare.broker.auth import StaticTokenAuthenticator
+from jupyter_gpushare.broker.api.auth import StaticTokenAuthenticator
 
 ACCESS = "access:services!service=gpushare"
 BASE = "/services/gpushare/api/v1"

@@ -34,7 +34,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from jupyter_gpushare.broker import BrokerApp
-from jupyter_gpushare.broker.auth import HubTokenAuthenticator
+from jupyter_gpushare.broker.api.auth import HubTokenAuthenticator
 from jupyter_gpushare.core.model import Policy
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from jupyter_gpushare.broker.db import grants_table, heartbeats_table, migrate, requests_table
-from jupyter_gpushare.broker.usage import UseRecorder
+from jupyter_gpushare.broker.service.usage import UseRecorder
+from jupyter_gpushare.broker.store.db import grants_table, heartbeats_table, migrate, requests_table
 from jupyter_gpushare.report.rows import GrantRow, RequestRow
 
 

@@ -1,7 +1,7 @@
 """GPU-seconds of the same jobs from Slurm's accounting and from the broker's ledger.
 
 :func:`run_through_broker` plays what a batch backend does for each job, with real parts on
-both sides: the broker (:class:`~jupyter_gpushare.broker.service.Broker` on its SQL database)
+both sides: the broker (:class:`~jupyter_gpushare.broker.service.broker.Broker` on its SQL database)
 admits and places a request and writes the grant; the job is submitted with ``sbatch`` to the
 export's account, partition and QOS with the grant's GRES (``gpu:N`` for whole GPUs,
 ``shard:K`` with K = ceil(units x shards per GPU) for a fraction) on the grant's node; the jobs
@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from jupyter_gpushare.broker.db import grants_table
+from jupyter_gpushare.broker.store.db import grants_table
 from jupyter_gpushare.core.model import UNIT, GPUAsk, Kind, Request
 from jupyter_gpushare.export.slurm import account_name, partition_name, qos_name
 

@@ -19,7 +19,7 @@ import requests
 from labkit import browser, chromium_available
 from realhub import REPO, free_port, proxy_available, real_hub
 
-from jupyter_gpushare.broker.admin_page import policy_version_of
+from jupyter_gpushare.broker.api.admin_page import policy_version_of
 from jupyter_gpushare.policy import load_policy
 
 pytestmark = [pytest.mark.hub, pytest.mark.slow]

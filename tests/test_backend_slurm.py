@@ -199,7 +199,7 @@ async def test_cancel_preemption_requeue_and_resume_on_slurm(
     assert f"gpushare-{counter['id']}-a1" in names and f"gpushare-{counter['id']}-a2" in names
     from sqlalchemy import select
 
-    from jupyter_gpushare.broker.db import grants_table
+    from jupyter_gpushare.broker.store.db import grants_table
 
     with app.broker.engine.connect() as conn:
         rows = list(conn.execute(

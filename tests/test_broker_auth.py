@@ -1,4 +1,4 @@
-"""broker/auth.py without a hub: a token the hub confirmed keeps working while the hub is down.
+"""broker/api/auth.py without a hub: a token the hub confirmed keeps working while the hub is down.
 
 During the hub's shutdown its API stops answering before its servers are stopped; the
 spawner's releases must still be accepted (issue 8 item 14), but only for tokens the hub
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from tornado import web
 
-from jupyter_gpushare.broker.auth import Identity, TokenAuthenticator
+from jupyter_gpushare.broker.api.auth import Identity, TokenAuthenticator
 
 MODEL = Identity("service", "gpushare-spawner", frozenset({"custom:gpushare:act-as-users"}))
 

@@ -1,4 +1,4 @@
-"""Group commits (broker/commitpipe.py, commitasync.py, commitloop.py), against a real database.
+"""Group commits (broker/store/commitpipe.py, commitasync.py, commitloop.py), on a real database.
 
 Every test runs on SQLite with the writer thread and on a real PostgreSQL server with the
 writer thread and with the event loop's own non-blocking commits; those that do not need the
@@ -32,13 +32,13 @@ from corefactory import request
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import create_engine, func, select
 
-from jupyter_gpushare.broker.base import TASK_WRITES
-from jupyter_gpushare.broker.commitasync import AsyncCommits
-from jupyter_gpushare.broker.commitpipe import CommitFailed
-from jupyter_gpushare.broker.db import grants_table, jobs_table, make_engine, requests_table
-from jupyter_gpushare.broker.effects import NoEffects
-from jupyter_gpushare.broker.jobs import Job, JobStore
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.jobs.store import Job, JobStore
+from jupyter_gpushare.broker.service.base import TASK_WRITES
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.effects import NoEffects
+from jupyter_gpushare.broker.store.commitasync import AsyncCommits
+from jupyter_gpushare.broker.store.commitpipe import CommitFailed
+from jupyter_gpushare.broker.store.db import grants_table, jobs_table, make_engine, requests_table
 from jupyter_gpushare.core.jobs import JobState
 from jupyter_gpushare.core.model import Kind
 from jupyter_gpushare.policy import load_policy

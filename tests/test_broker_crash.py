@@ -30,8 +30,8 @@ from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import func, select
 from test_core_invariants import check_state
 
-from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table
-from jupyter_gpushare.broker.serial import row_to_grant
+from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table
+from jupyter_gpushare.broker.store.serial import row_to_grant
 from jupyter_gpushare.core.state import ClusterState
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def start(db_url: str, port: int, tokens_file: Path, log: Path) -> subprocess.Po
         "--BrokerApp.use_hub=False",
         "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens_file}",
         f"--BrokerApp.commit_mode={COMMIT_MODE}",
     ]

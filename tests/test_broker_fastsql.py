@@ -18,9 +18,9 @@ from corefactory import request
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import select
 
-from jupyter_gpushare.broker import fastsql
-from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store import fastsql
+from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table
 from jupyter_gpushare.core.model import Kind
 
 _counter = iter(range(10**6))

@@ -19,7 +19,7 @@ from brokerkit import BASE, start_broker, static_tokens
 from brokerpolicies import small
 from hypothesis import HealthCheck, settings
 
-OPENAPI = Path(__file__).resolve().parent.parent / "jupyter_gpushare" / "broker" / "openapi.yaml"
+OPENAPI = Path(__file__).resolve().parents[1] / "jupyter_gpushare/broker/api/openapi.yaml"
 PUBLIC = {"/openapi.yaml", "/health"}
 
 schema = schemathesis.openapi.from_path(str(OPENAPI)).exclude(path="/notices/stream")

@@ -1,4 +1,4 @@
-"""The garbage collector's pacer (``broker/gcpace.py``): each step collects what is not frozen
+"""The garbage collector's pacer (``broker/ops/gcpace.py``): each step collects what is not frozen
 and freezes the survivors, so that the grants admitted since start never pile up for one
 long full collection; cyclic garbage is collected, never frozen; a stopped broker gives
 what it froze back."""
@@ -14,9 +14,9 @@ from brokerkit import call, start_broker, static_tokens
 from brokerpolicies import bench, small
 from corefactory import request
 
-from jupyter_gpushare.broker.db import make_engine
-from jupyter_gpushare.broker.gcpace import CollectorPacer
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.ops.gcpace import CollectorPacer
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store.db import make_engine
 
 
 class _Node:

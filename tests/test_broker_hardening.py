@@ -18,10 +18,10 @@ from corefactory import request
 from sqlalchemy import func, select
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from jupyter_gpushare.broker import lifecycle
-from jupyter_gpushare.broker.db import heartbeats_table, make_engine
-from jupyter_gpushare.broker.limits import BrokerLimits
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.service import lifecycle
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.limits import BrokerLimits
+from jupyter_gpushare.broker.store.db import heartbeats_table, make_engine
 from jupyter_gpushare.core.model import Kind
 
 USERS = {"alice": ["a"], "bob": ["b"], "carol": ["a"]}

@@ -1,7 +1,7 @@
 """The broker next to a real JupyterHub: shutdown, kill -9 of the hub, kill -9 of the broker.
 
 Issue 8 item 14, with the real hub and proxy, the broker started by the hub from
-``setup_gpushare`` (under ``broker/supervisor.py``) and a real single-user server:
+``setup_gpushare`` (under ``broker/ops/supervisor.py``) and a real single-user server:
 
 * on SIGTERM the hub stops its services before its servers; the server's grant must still be
   released by its spawner during that shutdown (not left live until the next start), at the

@@ -1,4 +1,4 @@
-"""Start-up's bulk reader of live grants (``broker/livegrants.py``) against the plain reader.
+"""Start-up's bulk reader of live grants (``broker/store/livegrants.py``) against the plain reader.
 
 A broker grants, queues and preempts on a real database (SQLite file, real PostgreSQL); a
 second broker loads it: its grants must equal the first broker's and those that the plain
@@ -20,10 +20,10 @@ from corefactory import request
 from pgserver import postgres  # noqa: F401  (fixture)
 from sqlalchemy import select
 
-from jupyter_gpushare.broker import livegrants
-from jupyter_gpushare.broker.db import grants_table, make_engine, requests_table
-from jupyter_gpushare.broker.serial import request_to_spec, spec_to_request
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store import livegrants
+from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table
+from jupyter_gpushare.broker.store.serial import request_to_spec, spec_to_request
 from jupyter_gpushare.core.model import GPUAsk, Kind, Request
 
 _counter = iter(range(10**6))

@@ -61,7 +61,7 @@ async def test_sighup_reloads_the_policy_and_a_broken_file_keeps_the_old_one(
         f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1",
         "--BrokerApp.use_hub=False", "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
         "--PolicyReloader.check_interval_s=0",  # no file watch: only SIGHUP reloads
     ]

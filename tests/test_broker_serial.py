@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.broker.serial import (
+from jupyter_gpushare.broker.store.serial import (
     grant_reader,
     grant_row,
     request_to_spec,

@@ -19,8 +19,8 @@ from sqlalchemy import select
 from test_core_invariants import check_state
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-from jupyter_gpushare.broker.db import SCHEMA_VERSION, grants_table, make_engine, schema_table
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store.db import SCHEMA_VERSION, grants_table, make_engine, schema_table
 from jupyter_gpushare.core.state import ClusterState
 
 USERS = {"alice": ["a"], "bob": ["b"], "carol": ["a"]}

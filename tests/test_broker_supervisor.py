@@ -1,4 +1,4 @@
-"""broker/supervisor.py without JupyterHub: a stand-in hub process runs the supervisor.
+"""broker/ops/supervisor.py without JupyterHub: a stand-in hub process runs the supervisor.
 
 The stand-in "hub" is a small Python process whose child is the supervisor (as under the
 hub). Checked: a broker killed with SIGKILL is replaced and serves again; on SIGTERM to the
@@ -40,7 +40,8 @@ def test_supervisor_restarts_lingers_and_leaves_with_its_hub(tmp_path: Path) -> 
                    "--BrokerApp.use_hub=False", "--BrokerApp.reconcile_on_start=False",
                    "--BrokerApp.reconcile_interval_s=0", "--BrokerApp.watch_interval_s=0.2"]
     hub_code = ("import subprocess, sys, time\n"
-                "p = subprocess.Popen([sys.executable, '-m', 'jupyter_gpushare.broker.supervisor',"
+                "p = subprocess.Popen([sys.executable, '-m',"
+                " 'jupyter_gpushare.broker.ops.supervisor',"
                 f" *{broker_args!r}])\n"
                 "print(p.pid, flush=True)\n"
                 "time.sleep(3600)\n")

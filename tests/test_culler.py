@@ -12,11 +12,11 @@ import pytest
 from brokerpolicies import small
 from corefactory import request
 
-from jupyter_gpushare.broker.culler import GPUCuller
-from jupyter_gpushare.broker.db import grant_use_table, make_engine
 from jupyter_gpushare.broker.hubclient import HubClient
-from jupyter_gpushare.broker.preempt import NoticeHub
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.ops.culler import GPUCuller
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.preempt import NoticeHub
+from jupyter_gpushare.broker.store.db import grant_use_table, make_engine
 from jupyter_gpushare.core.culling import CullFacts, CullRule, Verdict, verdict
 from jupyter_gpushare.core.model import Kind
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from kubefixtures import kube_node
 
-from jupyter_gpushare.discovery import DiscoveryError, nodes_from_kubernetes, nvml_gpus
-from jupyter_gpushare.policy import DiscoverySpec, PolicyError, load_policy, parse_policy
+from jupyter_gpushare.discovery import DiscoveryError, load_policy, nodes_from_kubernetes, nvml_gpus
+from jupyter_gpushare.policy import DiscoverySpec, PolicyError, parse_policy
 
 NODES = [
     kube_node("gpu-a", "train", 8),
@@ -108,3 +108,24 @@ async def test_run_to_completion_inside_the_hubs_running_loop() -> None:
     from jupyter_gpushare.discovery import _run_to_completion
 
     assert _run_to_completion(_answer) == 42  # asyncio.run alone would raise here
+
+
+def test_the_policy_package_alone_discovers_nothing_and_says_so_at_the_source_line(
+    tmp_path: Path,
+) -> None:
+    import jupyter_gpushare.policy as policies
+
+    path = tmp_path / "kube.yaml"
+    path.write_text(POLICY)
+    seen: list[DiscoverySpec] = []
+
+    def fake(spec: DiscoverySpec) -> tuple[()]:
+        seen.append(spec)
+        raise DiscoveryError("no cluster here")
+
+    with pytest.raises(PolicyError) as err:
+        policies.load_policy(path)  # no discover: the policy package imports no discovery
+    assert f"{path}:2:" in str(err.value) and "no discovery was given" in str(err.value)
+    with pytest.raises(PolicyError) as err:
+        policies.load_policy(path, fake)
+    assert seen and seen[0].source == "kubernetes" and "no cluster here" in str(err.value)

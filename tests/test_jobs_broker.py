@@ -17,7 +17,7 @@ import jobnotebooks as nbs
 import pytest
 from brokerkit import call, start_broker, static_tokens
 
-from jupyter_gpushare.broker.reconcile import reconcile
+from jupyter_gpushare.broker.ops.reconcile import reconcile
 from jupyter_gpushare.core.model import GPUAsk, Kind, Request
 from jupyter_gpushare.policy import load_policy
 
@@ -248,7 +248,7 @@ async def test_queue_cancel_preemption_requeue_and_resume(app: Any) -> None:
     # both attempts are in the ledger: two released grants held by this job
     from sqlalchemy import select
 
-    from jupyter_gpushare.broker.db import grants_table
+    from jupyter_gpushare.broker.store.db import grants_table
 
     with app.broker.engine.connect() as conn:
         rows = list(conn.execute(

@@ -40,7 +40,7 @@ def start(tmp: Path, port: int) -> subprocess.Popen[bytes]:
         f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1",
         "--BrokerApp.use_hub=False", "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tmp}/tokens.json",
         f"--JobManager.user_root_template={tmp}/home/{{username}}",
         f"--JobManager.jobs_dir={tmp}/jobs",

@@ -1,6 +1,6 @@
 """A node the broker drained because a run was lost with it is resumed once the backend has it
 back in service, also after a restart of the broker, and a node an admin drained is not
-(``broker/node_return.py``, the ``broker_drain`` column of ``gpushare_nodes``).
+(``broker/jobs/node_return.py``, the ``broker_drain`` column of ``gpushare_nodes``).
 
 A real in-process broker runs real local jobs; the backend is the local one, told by the
 test that a job's node was lost (as Slurm's NODE_FAIL is reported) and when the node is
@@ -23,7 +23,13 @@ from traitlets.config import Config
 
 from jupyter_gpushare.backends.base import RunHandle, RunStatus
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.broker.db import make_engine, metadata, migrate, nodes_table, schema_table
+from jupyter_gpushare.broker.store.db import (
+    make_engine,
+    metadata,
+    migrate,
+    nodes_table,
+    schema_table,
+)
 from jupyter_gpushare.policy import load_policy
 
 POLICY = Path(__file__).resolve().parent / "data" / "jobs_policy.yaml"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from brokerpolicies import bench
 
-import jupyter_gpushare.broker.reconcile as reconcile_mod
-from jupyter_gpushare.broker.db import make_engine
-from jupyter_gpushare.broker.reconcile import HolderChecker, reconcile
-from jupyter_gpushare.broker.service import Broker
+import jupyter_gpushare.broker.ops.reconcile as reconcile_mod
+from jupyter_gpushare.broker.ops.reconcile import HolderChecker, reconcile
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store.db import make_engine
 from jupyter_gpushare.core.model import GPUAsk, Grant, Kind, Request
 
 USERS = 150

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from reportkit import write_rows
 
-from jupyter_gpushare.broker.db import make_engine
+from jupyter_gpushare.broker.store.db import make_engine
 from jupyter_gpushare.core.ledger import month_bounds
 from jupyter_gpushare.core.model import (
     GPU,

@@ -19,7 +19,7 @@ from jupyter_gpushare.telemetry.broker_link import (
 )
 from jupyter_gpushare.telemetry.simulated import SimulatedSampler
 
-OPENAPI = Path(__file__).resolve().parent.parent / "jupyter_gpushare" / "broker" / "openapi.yaml"
+OPENAPI = Path(__file__).resolve().parents[1] / "jupyter_gpushare/broker/api/openapi.yaml"
 
 
 @pytest.fixture

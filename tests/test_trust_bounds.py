@@ -23,9 +23,9 @@ from sqlalchemy import func, insert, select, update
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets.config import Config
 
-from jupyter_gpushare.broker.db import requests_table
-from jupyter_gpushare.broker.ratelimit import TokenBuckets, retry_after
-from jupyter_gpushare.broker.retention import DAY, RequestRetention
+from jupyter_gpushare.broker.ops.retention import DAY, RequestRetention
+from jupyter_gpushare.broker.service.ratelimit import TokenBuckets, retry_after
+from jupyter_gpushare.broker.store.db import requests_table
 
 USERS = {"alice": ["a"], "bob": ["b"], "carol": ["a"]}
 SHARED = {"pool": "shared", "gpu": {"fraction": 0.25}}
@@ -290,7 +290,7 @@ async def test_a_long_name_is_refused_and_quoted_shortened(
 
 
 def test_an_error_message_is_cut_whatever_a_handler_quoted_into_it() -> None:
-    from jupyter_gpushare.broker.handler_base import MAX_ERROR_MESSAGE, bounded_message
+    from jupyter_gpushare.broker.api.handler_base import MAX_ERROR_MESSAGE, bounded_message
 
     assert bounded_message("short") == "short"
     cut = bounded_message("x" * 1_048_576)

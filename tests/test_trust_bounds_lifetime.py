@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from brokerkit import call, start_broker, static_tokens
 
-from jupyter_gpushare.broker.serial import iso
+from jupyter_gpushare.broker.store.serial import iso
 from jupyter_gpushare.policy import parse_policy
 
 CONFIG = Path(__file__).parents[1] / "hub_config" / "gpushare.yaml"

@@ -23,9 +23,12 @@ from brokerpolicies import small
 from corefactory import request as ask
 from sqlalchemy import select, text
 
-from jupyter_gpushare.broker.admin_page import recent_events
-from jupyter_gpushare.broker.culler import GPUCuller
-from jupyter_gpushare.broker.db import (
+from jupyter_gpushare.broker.api.admin_page import recent_events
+from jupyter_gpushare.broker.ops.culler import GPUCuller
+from jupyter_gpushare.broker.ops.metrics import BrokerMetrics
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.preempt import PreemptionRunner
+from jupyter_gpushare.broker.store.db import (
     MIGRATIONS,
     grants_table,
     make_engine,
@@ -33,9 +36,6 @@ from jupyter_gpushare.broker.db import (
     requests_table,
     schema_table,
 )
-from jupyter_gpushare.broker.metrics import BrokerMetrics
-from jupyter_gpushare.broker.preempt import PreemptionRunner
-from jupyter_gpushare.broker.service import Broker
 from jupyter_gpushare.core.culling import CullRule
 from jupyter_gpushare.core.grant_end import EndFacts, EndKind, GrantEnd, classify, resolve
 from jupyter_gpushare.core.ledger import month_bounds
@@ -56,6 +56,7 @@ from jupyter_gpushare.report.rows import (
 from jupyter_gpushare.report.source import load_month
 
 REPO = Path(__file__).resolve().parent.parent
+ADMIN_JS = REPO / "jupyter_gpushare/broker/api/static/admin.js"
 T0 = 1_790_000_000.0  # 2026-09-21, mid-month
 
 
@@ -385,7 +386,7 @@ def test_report_number_text(value: float, want: str) -> None:
 
 
 def _admin_n() -> str:
-    js = (REPO / "jupyter_gpushare/broker/static/admin.js").read_text()
+    js = ADMIN_JS.read_text()
     m = re.search(r"// BEGIN n\n(.*?)// END n", js, re.S)
     assert m, "admin.js lost its number formatter block"
     return m.group(1)
@@ -401,7 +402,7 @@ def test_admin_page_number_text() -> None:
                          check=True).stdout
     assert json.loads(out) == ["2000", "1500", "10", "0.5", "0", "2000", "1500", "10",
                                "2000", "0.5", "1500.3", "0"]
-    js = (REPO / "jupyter_gpushare/broker/static/admin.js").read_text()
+    js = ADMIN_JS.read_text()
     assert "n(t.gpu_hours_budget, 3)" in js  # the budget keeps its fraction (0.5 stays 0.5)
 
 
@@ -514,7 +515,7 @@ def test_the_admin_page_draws_budgets_whole_and_the_preemption(tmp_path: Path) -
     """The page's own script (admin.js, in node with a stub DOM) draws the overview of a
     real broker: vision's budget 2000 and nlp's 1500 GPU-h (hub_config/gpushare.yaml) as
     such, and a victim's own stop during its grace period under "Recent preemptions"."""
-    from jupyter_gpushare.broker.admin_page import live_overview
+    from jupyter_gpushare.broker.api.admin_page import live_overview
     from jupyter_gpushare.core.model import GPUAsk, Request
     from jupyter_gpushare.policy import load_policy
 
@@ -542,7 +543,7 @@ def test_the_admin_page_draws_budgets_whole_and_the_preemption(tmp_path: Path) -
     path = tmp_path / "overview.json"
     path.write_text(json.dumps(data))
     html = subprocess.run(
-        ["node", "-e", RENDER_JS, str(path), str(REPO / "jupyter_gpushare/broker/static/admin.js")],
+        ["node", "-e", RENDER_JS, str(path), str(ADMIN_JS)],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     budgets = dict(re.findall(

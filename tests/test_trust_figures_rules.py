@@ -16,11 +16,11 @@ import pytest
 from brokerpolicies import small
 from corefactory import request
 
-from jupyter_gpushare.broker.culler import GPUCuller
-from jupyter_gpushare.broker.db import make_engine, migrate
-from jupyter_gpushare.broker.ledger_month import MonthLedger
-from jupyter_gpushare.broker.service import Broker
-from jupyter_gpushare.broker.usage import UseRecorder
+from jupyter_gpushare.broker.ops.culler import GPUCuller
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.ledger_month import MonthLedger
+from jupyter_gpushare.broker.service.usage import UseRecorder
+from jupyter_gpushare.broker.store.db import make_engine, migrate
 from jupyter_gpushare.core.culling import CullRule, Verdict, verdict
 from jupyter_gpushare.core.ledger import Interval, gpu_hours, month_bounds
 from jupyter_gpushare.report.figures import PoolFigures, TeamPoolFigures, compute

@@ -20,8 +20,8 @@ from sqlalchemy import func, select
 from telemetry_fakes import TOKEN, FakeBroker
 from traitlets.config import Config
 
-from jupyter_gpushare.broker.db import heartbeats_table, node_power_table
-from jupyter_gpushare.broker.heartbeats import HeartbeatBounds
+from jupyter_gpushare.broker.service.heartbeats import HeartbeatBounds
+from jupyter_gpushare.broker.store.db import heartbeats_table, node_power_table
 from jupyter_gpushare.serverextension.service import ServiceConfig, TelemetryService
 from jupyter_gpushare.telemetry.broker_link import BrokerLink
 from jupyter_gpushare.telemetry.grant import GrantInfo

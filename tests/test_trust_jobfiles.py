@@ -382,7 +382,7 @@ async def test_the_output_is_sent_in_bounded_chunks_never_read_whole(
 ) -> None:
     """Finding 7: the download holds one chunk at a time (the benchmark measures the memory:
     benchmarks/download_output.py); a Range asks for a part only."""
-    from jupyter_gpushare.broker import job_handlers
+    from jupyter_gpushare.broker.api import job_handlers
 
     done = await run_job(app, nbs.simple())
     output = Path(app.jobs.backend.attempt_dir(done["id"], 1)) / "output.ipynb"

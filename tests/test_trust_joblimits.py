@@ -16,7 +16,7 @@ from brokerkit import call, start_broker, static_tokens
 
 from jupyter_gpushare.backends.base import RunHandle
 from jupyter_gpushare.backends.papermill_run import deliver
-from jupyter_gpushare.broker.jobs import Job
+from jupyter_gpushare.broker.jobs.store import Job
 from jupyter_gpushare.core.jobs import JobState
 from jupyter_gpushare.userfiles import OverLimit, human_bytes
 

@@ -21,7 +21,7 @@ from jupyterhub.spawner import SpawnException
 
 from jupyter_gpushare import cli
 from jupyter_gpushare.broker.client import BrokerError
-from jupyter_gpushare.broker.reload import _read_and_parse
+from jupyter_gpushare.broker.ops.reload import _read_and_parse
 from jupyter_gpushare.core.model import Policy
 from jupyter_gpushare.export import kueue, ytsaurus
 from jupyter_gpushare.export.slurm import export_slurm

@@ -39,12 +39,12 @@ import pytest
 from brokerpolicies import explicit
 from corefactory import policy as make_policy
 
-from jupyter_gpushare.broker.admin_page import live_overview, recent_events
-from jupyter_gpushare.broker.culler import GPUCuller
-from jupyter_gpushare.broker.db import make_engine
-from jupyter_gpushare.broker.metrics import BrokerMetrics
-from jupyter_gpushare.broker.preempt import PreemptionRunner
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.api.admin_page import live_overview, recent_events
+from jupyter_gpushare.broker.ops.culler import GPUCuller
+from jupyter_gpushare.broker.ops.metrics import BrokerMetrics
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.service.preempt import PreemptionRunner
+from jupyter_gpushare.broker.store.db import make_engine
 from jupyter_gpushare.core.culling import CullRule
 from jupyter_gpushare.core.model import GPUAsk, Kind, PriorityClass, Request, SharingMode
 from jupyter_gpushare.report import make_report
@@ -584,7 +584,7 @@ def test_the_end_records_equal_what_happened(sim: Sim) -> None:
     preemptions and the metrics count the same."""
     from sqlalchemy import select
 
-    from jupyter_gpushare.broker.db import grants_table
+    from jupyter_gpushare.broker.store.db import grants_table
 
     with sim.engine.connect() as conn:
         stored = dict(conn.execute(select(grants_table.c.id, grants_table.c.end_kind)).all())

@@ -25,7 +25,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from jupyter_gpushare.broker.client import BrokerClient, BrokerError
-from jupyter_gpushare.broker.supervisor import (
+from jupyter_gpushare.broker.ops.supervisor import (
     MAX_RESTART_DELAY_S,
     RESTART_DELAY_S,
     Supervisor,

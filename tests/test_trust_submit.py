@@ -20,9 +20,9 @@ from traitlets.config import Config
 
 from jupyter_gpushare.backends.base import RunHandle, RunSpec, RunStatus
 from jupyter_gpushare.backends.local import LocalBackend
-from jupyter_gpushare.broker.db import jobs_table
-from jupyter_gpushare.broker.job_submit import installed_kernels
-from jupyter_gpushare.broker.jobs import Job
+from jupyter_gpushare.broker.jobs.store import Job
+from jupyter_gpushare.broker.jobs.submit import installed_kernels
+from jupyter_gpushare.broker.store.db import jobs_table
 from jupyter_gpushare.core.jobs import (
     JobLimits,
     JobState,

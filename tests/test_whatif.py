@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_gpushare.broker.db import make_engine
-from jupyter_gpushare.broker.service import Broker
+from jupyter_gpushare.broker.service.broker import Broker
+from jupyter_gpushare.broker.store.db import make_engine
 from jupyter_gpushare.cli import main
 from jupyter_gpushare.core.grant_end import EndKind, GrantEnd
 from jupyter_gpushare.core.ledger import month_bounds
@@ -235,7 +235,7 @@ def _measure_every_other_grant(url: str) -> None:
     month, on two GPUs with different use; the rest stay unmeasured."""
     from sqlalchemy import select
 
-    from jupyter_gpushare.broker.db import grant_use_table, grants_table
+    from jupyter_gpushare.broker.store.db import grant_use_table, grants_table
 
     engine = make_engine(url)
     with engine.begin() as conn:

@@ -141,7 +141,7 @@ class JobBackend(ABC):
 
     @classmethod
     def create(cls, settings: Any) -> JobBackend:
-        """Build the backend for a :class:`~jupyter_gpushare.broker.job_settings.JobSettings`
+        """Build the backend for a :class:`~jupyter_gpushare.broker.jobs.settings.JobSettings`
         (the default passes it as traitlets ``parent``; override for other constructors)."""
         return cls(parent=settings)  # type: ignore[call-arg]
 

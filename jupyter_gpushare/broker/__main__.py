@@ -17,7 +17,7 @@ def _warm_up() -> None:
 
 
 if __name__ == "__main__":
-    # a warm standby of broker/supervisor.py has everything imported and starts when told
+    # a warm standby of broker/ops/supervisor.py has everything imported and starts when told
     # (one byte on stdin); it leaves when the supervisor goes away (end of file)
     if os.environ.pop("GPUSHARE_STANDBY", None):
         _warm_up()

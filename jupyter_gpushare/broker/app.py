@@ -31,25 +31,25 @@ from traitlets import Bool, CaselessStrEnum, Float, Integer, Type, Unicode, defa
 from traitlets.config import Application
 
 from ..core.model import Policy
-from .admin_page import admin_routes
-from .auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
-from .culler import GPUCuller
-from .db import make_engine
-from .gcpace import CollectorPacer
-from .handler_base import Context
-from .handlers import routes
-from .heartbeats import HeartbeatBounds
+from .api.admin_page import admin_routes
+from .api.auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
+from .api.handler_base import Context
+from .api.handlers import routes
+from .api.pages import page_routes
 from .hubclient import HubClient
-from .job_runner import JobManager, JobsBatchBackend
-from .limits import BrokerLimits
-from .metrics import BrokerMetrics
-from .pages import page_routes
-from .preempt import BatchBackend, NoticeHub, PreemptionRunner
-from .reconcile import HolderChecker, HubHolderChecker, reconcile
-from .reload import PolicyReloader
-from .retention import RequestRetention
-from .service import Broker
-from .supervisor import alive
+from .jobs.runner import JobManager, JobsBatchBackend
+from .ops.culler import GPUCuller
+from .ops.gcpace import CollectorPacer
+from .ops.metrics import BrokerMetrics
+from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile
+from .ops.reload import PolicyReloader
+from .ops.retention import RequestRetention
+from .ops.supervisor import alive
+from .service.broker import Broker
+from .service.heartbeats import HeartbeatBounds
+from .service.limits import BrokerLimits
+from .service.preempt import BatchBackend, NoticeHub, PreemptionRunner
+from .store.db import make_engine
 
 
 def _import(path: str) -> Any:
@@ -132,10 +132,10 @@ class BrokerApp(Application):
         config=True,
         help="How the hot-path writes (admission, release) are committed. inline: each on the "
         "event loop, which waits for it. thread: grouped, on a writer thread "
-        "(broker/commitpipe.py). async (PostgreSQL only): grouped, sent by the event loop "
-        "without waiting for the answer (broker/commitasync.py). loop: grouped, committed by "
+        "(broker/store/commitpipe.py). async (PostgreSQL only): grouped, sent by the event loop "
+        "without waiting for the answer (broker/store/commitasync.py). loop: grouped, committed by "
         "the event loop once the turn that made them has run its other callbacks "
-        "(broker/commitloop.py). With thread, async and loop a change is applied at once and "
+        "(broker/store/commitloop.py). With thread, async and loop a change is applied at once and "
         "its client answered once it is durable. auto: async for PostgreSQL, whose commit is "
         "a network round trip (0.3 ms mean, 2-3 ms p99) the loop would otherwise wait for; "
         "loop for SQLite, whose commit writes each page it touched to the WAL (0.26-0.31 ms "
@@ -182,7 +182,7 @@ class BrokerApp(Application):
     gc_pace_interval_s = Float(
         0.1,
         config=True,
-        help="Seconds between two steps of the garbage collector's pacer (broker/gcpace.py): "
+        help="Seconds between two steps of the garbage collector's pacer (broker/ops/gcpace.py): "
         "one full collection of what is not frozen (what was allocated since the last step, "
         "2-4 ms at 500 admissions/s), then freeze what survived, so that the grants admitted "
         "since start never pile up for one long full collection (100-125 ms on the event "
@@ -194,7 +194,7 @@ class BrokerApp(Application):
         config=True,
         help="Seconds between checks that the hub ($GPUSHARE_HUB_PID) and the supervisor "
         "($GPUSHARE_SUPERVISOR_PID) still run: the broker stops when its hub is gone, and "
-        "when its supervisor is gone unless it lingers (see broker/supervisor.py).",
+        "when its supervisor is gone unless it lingers (see broker/ops/supervisor.py).",
     )
     linger_max_s = Float(
         300.0,
@@ -286,9 +286,10 @@ class BrokerApp(Application):
             return _import(self.policy_factory)()
         if not self.policy_file:
             raise SystemExit("gpushare broker: set BrokerApp.policy_file (the policy YAML)")
+        from ..discovery import discover
         from ..policy import load_policy
 
-        return load_policy(self.policy_file)
+        return load_policy(self.policy_file, discover)
 
     def build(self) -> web.Application:
         """Create the service, the database and the tornado app (no listening yet)."""
@@ -449,7 +450,7 @@ class BrokerApp(Application):
         self._write_pid_file()
         self._tell_supervisor_ready()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.retention = RequestRetention(self.broker)  # old request rows (broker/retention.py)
+        self.retention = RequestRetention(self.broker)  # old request rows (broker/ops/retention.py)
         self._tasks.add(asyncio.ensure_future(self.retention.run()))
         self.culler.start()
         self.gc_pacer = CollectorPacer(self.gc_pace_interval_s)
@@ -460,7 +461,7 @@ class BrokerApp(Application):
             task = asyncio.ensure_future(self._reconcile_loop())
             self._tasks.add(task)
 
-    # -- lifecycle next to the hub (see broker/supervisor.py) --------------------------------
+    # -- lifecycle next to the hub (see broker/ops/supervisor.py) --------------------------------
 
     async def _listen(self) -> None:
         """Listen on the port; while another process holds it, stop a stale broker named in
@@ -482,7 +483,7 @@ class BrokerApp(Application):
     @staticmethod
     def _tell_supervisor_ready() -> None:
         """One byte on the supervisor's ready pipe (``$GPUSHARE_READY_FD``): this broker
-        serves, so the supervisor replaces it at once should it die (broker/supervisor.py)."""
+        serves, so the supervisor replaces it at once should it die (broker/ops/supervisor.py)."""
         fd = os.environ.pop("GPUSHARE_READY_FD", "")
         if not fd.isdigit():
             return

@@ -1,6 +1,6 @@
 """GPU-aware idle culling: when a server holding GPU share is warned, and when acted on.
 
-Pure: the culler (``broker/culler.py``) gathers the facts and carries out the verdict.
+Pure: the culler (``broker/ops/culler.py``) gathers the facts and carries out the verdict.
 
 A grant's *idle clock* starts at the latest of: the grant's start, its last GPU activity
 (a heartbeat with utilisation at or above the activity threshold on one of its GPUs), its

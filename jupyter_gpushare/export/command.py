@@ -63,6 +63,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..discovery import discover
     from ..policy import PolicyError, load_policy
 
     target = EXPORTERS.get(getattr(args, "target", None) or "")
@@ -71,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        policy = load_policy(args.policy)
+        policy = load_policy(args.policy, discover)
     except PolicyError as exc:
         return print_issues(args.policy, exc.errors, len(exc.errors))
     except Exception as exc:  # never a traceback for a file, whatever it holds

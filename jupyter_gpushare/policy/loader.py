@@ -8,7 +8,7 @@ from pathlib import Path
 from ..core.model import Node, Policy
 from .crossref import check_default_team, check_pools_and_guarantees, pool_table
 from .fields import Fields
-from .inventory import Discover, check_nodes, parse_inventory
+from .inventory import Discover, DiscoverySpec, check_nodes, parse_inventory
 from .issues import Collector, PolicyCheck, PolicyError, PolicyIssue
 from .profiles import Pools, parse_profiles
 from .schema import POLICY
@@ -112,12 +112,17 @@ def check_policy_file(path: str | Path, discover: Discover | None = None) -> Pol
 def load_policy(path: str | Path, discover: Discover | None = None) -> Policy:
     """Load a policy file; raises :class:`PolicyError` listing every error.
 
-    A discovered inventory (``source: nvml`` or ``kubernetes``) is read with
-    :func:`jupyter_gpushare.discovery.discover` unless ``discover`` is given; a failed
-    discovery is an error naming the file and line of ``inventory.source``.
+    A discovered inventory (``source: nvml`` or ``kubernetes``) is read with ``discover``:
+    the runtime's is :func:`jupyter_gpushare.discovery.discover`, and
+    :func:`jupyter_gpushare.discovery.load_policy` is this function with it. Without
+    ``discover`` such a file is an error naming the file and line of ``inventory.source``
+    (the policy package does no I/O beyond reading the file, and imports no discovery).
     """
-    if discover is None:
-        from ..discovery import discover as discover_at_run_time
+    return _finish(check_policy_file(path, discover or _no_discovery))
 
-        discover = discover_at_run_time
-    return _finish(check_policy_file(path, discover))
+
+def _no_discovery(spec: DiscoverySpec) -> tuple[Node, ...]:
+    raise LookupError(
+        "no discovery was given: load this file with jupyter_gpushare.discovery.load_policy "
+        "(or pass discover=)"
+    )

@@ -83,7 +83,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from ..broker.db import make_engine
+    from ..broker.store.db import make_engine
     from ..core.ledger import month_bounds
     from ..policy import check_policy_file
     from . import make_report

@@ -2,7 +2,7 @@
 
 Reads only; safe to run beside a live broker (SQLite in WAL mode lets readers in).
 Measured use comes from the lasting aggregates the broker keeps from heartbeats
-(:mod:`jupyter_gpushare.broker.usage`), not from heartbeat detail, which is pruned.
+(:mod:`jupyter_gpushare.broker.service.usage`), not from heartbeat detail, which is pruned.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from sqlalchemy import Engine, Text, func, or_, select, type_coerce
 
-from ..broker.db import grant_use_table, grants_table, node_power_table, requests_table
+from ..broker.store.db import grant_use_table, grants_table, node_power_table, requests_table
 from ..core.grant_end import kind_of
 from ..core.ledger import month_bounds
 from ..core.model import Policy, from_milli

@@ -89,6 +89,7 @@ def load_policy_cached(path: str, logger: logging.Logger | logging.LoggerAdapter
     the change, not on each page view, and goes on with the last good policy. ``None``
     when the file has never been good here (the form then shows the broker's profiles).
     """
+    from jupyter_gpushare.discovery import discover
     from jupyter_gpushare.policy import load_policy
 
     stamp = _stamp(path)
@@ -96,7 +97,7 @@ def load_policy_cached(path: str, logger: logging.Logger | logging.LoggerAdapter
     if hit is not None and hit.stamp == stamp:
         return hit.policy
     try:
-        policy = load_policy(path)
+        policy = load_policy(path, discover)
     except Exception as exc:  # PolicyError, or the loader's own failure
         kept = hit.policy if hit is not None else None
         _POLICY_CACHE[path] = _PolicyRead(stamp, kept, hit.loaded_at if hit else 0.0, True)

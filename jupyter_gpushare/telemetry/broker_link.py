@@ -44,7 +44,7 @@ def heartbeat_body(
     """The ``POST /heartbeats`` body for this server's use in one sample.
 
     ``ts`` is the sample's time in seconds since the epoch (a number: the broker's
-    contract, ``broker/openapi.yaml``), default now."""
+    contract, ``broker/api/openapi.yaml``), default now."""
     return {
         "grant_id": grant_id,
         "ts": round(time.time() if ts is None else float(ts), 3),

@@ -1,6 +1,6 @@
 """The replay's queue of waiting batch requests: the broker's decision order, without I/O.
 
-Same order as the broker's :class:`~jupyter_gpushare.broker.waiting.WaitQueue` (priority
+Same order as the broker's :class:`~jupyter_gpushare.broker.service.waiting.WaitQueue` (priority
 value, then age, then id, per pool), the same grouping by *shape* (what the core's answer
 depends on besides user and age) and the same counts the admission facts and the queue
 limits read. Kept here, small, so that the simulator imports nothing of the broker.

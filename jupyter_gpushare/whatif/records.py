@@ -1,6 +1,6 @@
 """Reading a month of the broker's records for a what-if: read-only, by SQLAlchemy.
 
-Uses the broker's own table definitions (:mod:`jupyter_gpushare.broker.db`) and never writes:
+Uses the broker's own table definitions (:mod:`jupyter_gpushare.broker.store.db`) and never writes:
 a SQLite file is opened in read-only mode (``mode=ro``: not even the WAL switch the broker's
 engine makes); another database is read in a transaction that is rolled back. A database
 of another schema version, or with no requests in the month, is refused in one sentence
@@ -17,14 +17,14 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, inspect, or_, select
 
-from ..broker.db import (
+from ..broker.store.db import (
     SCHEMA_VERSION,
     grant_use_table,
     grants_table,
     requests_table,
     schema_table,
 )
-from ..broker.serial import row_to_grant, spec_to_request
+from ..broker.store.serial import row_to_grant, spec_to_request
 from ..core.grant_end import kind_of
 from ..core.ledger import month_bounds
 from ..core.model import Request

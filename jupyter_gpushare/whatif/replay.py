@@ -2,7 +2,7 @@
 
 Pure (no I/O, no clock): :func:`replay` takes a policy and a list of
 :class:`~.demand.Demand` and returns a :class:`ReplayResult`. It drives the core exactly
-as the broker does (:mod:`jupyter_gpushare.broker.lifecycle` and the preemption runner),
+as the broker does (:mod:`jupyter_gpushare.broker.service.lifecycle` and the preemption runner),
 decision for decision, from an event heap:
 
 * **arrival**: ``decide`` with the broker's admission facts (GPU-hours of the month, teams
@@ -268,7 +268,7 @@ class Replay:
     # -- facts --------------------------------------------------------------------------------
 
     def facts(self, now: float, req: Request, retry: bool = False) -> AdmissionFacts:
-        """The broker's :meth:`~jupyter_gpushare.broker.lifecycle.LifecycleMixin.facts`.
+        """The broker's :meth:`~jupyter_gpushare.broker.service.lifecycle.LifecycleMixin.facts`.
 
         Which teams wait inside their guarantee is read by the core only for a request
         that would borrow (above its own guarantee): for one inside it, the set is left

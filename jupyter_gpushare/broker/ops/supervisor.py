@@ -1,0 +1,229 @@
+"""The broker's supervisor: the process JupyterHub manages, which keeps the broker running.
+
+``python -m jupyter_gpushare.broker.ops.supervisor <broker arguments>`` (what ``hubsetup`` puts in
+the service's ``command``) starts the broker (``python -m jupyter_gpushare.broker ...``) in a
+session of its own and
+
+* **restarts it at once** when it dies (a crash, ``kill -9``): a warm standby (a second
+  process with the broker's modules already imported, waiting on its stdin) takes over, so
+  it serves again after loading its state, not at the hub's next 30 s service check. A
+  broker that served (it said so on its ready pipe, ``GPUSHARE_READY_FD``, once it listened)
+  is replaced without delay however often it is killed; only a broker that dies before it
+  ever served (a crash loop at start: a bad config, a database that is down) is restarted
+  after a growing delay. The next standby is started once the new broker serves, so its
+  imports do not compete with the new broker's start for the CPU;
+* **lets it outlive the hub's shutdown**: JupyterHub stops its managed services *before* the
+  single-user servers, so a broker stopped with them would refuse every release of that
+  shutdown. When the hub stops the supervisor (SIGINT/SIGTERM), the supervisor tells the
+  broker to *linger* (SIGUSR1) and exits at once; the hub then stops the servers, whose
+  spawners release their grants at a broker that still answers, at the moment they stop
+  (nothing is charged for the time the hub is down). The broker stops when the hub's
+  process is gone (or after ``BrokerApp.linger_max_s``);
+* **never outlives a dead hub**: after ``kill -9`` of the hub the broker sees the hub's pid
+  gone within ``BrokerApp.watch_interval_s`` and exits, freeing its port for the next hub's
+  broker (which also waits for the port and stops a stale broker named in the pid file).
+
+The broker learns the pids to watch from ``GPUSHARE_HUB_PID`` and ``GPUSHARE_SUPERVISOR_PID``:
+it stops when the hub is gone, and when its supervisor is gone unless it lingers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+RESTART_DELAY_S = 0.1  # first delay after a broker that died before it served
+MAX_RESTART_DELAY_S = 5.0
+STABLE_AFTER_S = 10.0  # a broker that ran this long counts as having served
+POLL_S = 0.05
+READY_FD_ENV = "GPUSHARE_READY_FD"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (and is not a zombie of ours)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie still answers kill(0): look at its state where /proc tells
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class Supervisor:
+    """Run the broker, restart it when it dies, hand over on shutdown (module docstring)."""
+
+    def __init__(self, broker_args: Sequence[str], hub_pid: int | None = None,
+                 standby: bool = True) -> None:
+        self.command = [sys.executable, "-m", "jupyter_gpushare.broker", *broker_args]
+        self.hub_pid = os.getppid() if hub_pid is None else hub_pid
+        self.standby_enabled = standby
+        self.child: subprocess.Popen[bytes] | None = None
+        self.standby: subprocess.Popen[bytes] | None = None
+        self.stopping: int | None = None  # the signal that asked us to stop
+        self.restarts = 0
+        self._ready: dict[int, int] = {}  # child pid -> read end of its ready pipe
+        self._served: set[int] = set()  # child pids that said they serve
+        self._started = 0.0  # when the running broker was started (monotonic)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stopping = signum
+
+    def _spawn(self, standby: bool = False) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, GPUSHARE_HUB_PID=str(self.hub_pid),
+                   GPUSHARE_SUPERVISOR_PID=str(os.getpid()))
+        if standby:
+            env["GPUSHARE_STANDBY"] = "1"
+        read, write = os.pipe()  # the broker writes one byte once it listens
+        os.set_blocking(read, False)
+        env[READY_FD_ENV] = str(write)
+        try:
+            # its own session: the hub's signals to us (and a kill of our group) do not
+            # reach it
+            child = subprocess.Popen(self.command, env=env, start_new_session=True,
+                                     stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
+                                     pass_fds=(write,))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self._ready[child.pid] = read
+        return child
+
+    def served(self, child: subprocess.Popen[bytes]) -> bool:
+        """Whether ``child`` said on its ready pipe that it listens (alive or not since)."""
+        if child.pid in self._served:
+            return True
+        fd = self._ready.get(child.pid)
+        if fd is None:
+            return False
+        try:
+            said = os.read(fd, 1)
+        except BlockingIOError:
+            return False
+        except OSError:
+            said = b""
+        self._forget(child)
+        if said:
+            self._served.add(child.pid)
+        return bool(said)
+
+    def _forget(self, child: subprocess.Popen[bytes]) -> None:
+        fd = self._ready.pop(child.pid, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _next_broker(self) -> subprocess.Popen[bytes]:
+        """The warm standby, told to start (it has imported everything), else a new one
+        (the next standby comes once it serves: :meth:`_standby_when_served`)."""
+        child, self.standby = self.standby, None
+        if child is not None and child.poll() is None and child.stdin is not None:
+            try:
+                child.stdin.write(b"g")
+                child.stdin.close()
+            except OSError:
+                self._forget(child)
+                child = None
+        else:
+            if child is not None:
+                self._forget(child)
+            child = None
+        if child is None:
+            child = self._spawn()
+        return child
+
+    def _standby_when_served(self) -> None:
+        """Start the next standby once the running broker serves (not before: the two would
+        share the CPU while it starts)."""
+        if not self.standby_enabled or self.standby is not None or self.child is None:
+            return
+        if self.served(self.child) or time.monotonic() - self._started > STABLE_AFTER_S:
+            self.standby = self._spawn(standby=True)
+
+    def _drop_standby(self) -> None:
+        standby, self.standby = self.standby, None
+        if standby is not None and standby.stdin is not None:
+            with contextlib.suppress(OSError):
+                standby.stdin.close()  # end of file: it exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                standby.wait(5)
+            self._forget(standby)
+
+    def run(self) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        delay = 0.0
+        while True:
+            started = self._started = time.monotonic()
+            self.child = self._next_broker()
+            while self.child.poll() is None and self.stopping is None and alive(self.hub_pid):
+                self._standby_when_served()
+                time.sleep(POLL_S)
+            if self.stopping is not None:  # the hub stops its services: hand over and go
+                if self.child.poll() is None:
+                    self.child.send_signal(signal.SIGUSR1)
+                print(f"gpushare supervisor: signal {self.stopping}; the broker (pid "
+                      f"{self.child.pid}) serves until the hub (pid {self.hub_pid}) is gone",
+                      file=sys.stderr, flush=True)
+                self._drop_standby()
+                return 0
+            if not alive(self.hub_pid):  # the hub died under us: so does the broker
+                self._drop_standby()
+                self._stop_child()
+                return 0
+            code = self.child.returncode
+            ran = time.monotonic() - started
+            delay = restart_delay(self.served(self.child) or ran > STABLE_AFTER_S, delay)
+            self._forget(self.child)
+            self._served.discard(self.child.pid)
+            self.restarts += 1
+            print(f"gpushare supervisor: the broker exited with {code} after {ran:.1f}s; "
+                  f"restart {self.restarts} in {delay:.1f}s", file=sys.stderr, flush=True)
+            time.sleep(delay)
+
+    def _stop_child(self, timeout: float = 10.0) -> None:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        child.terminate()
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(5)
+
+
+def restart_delay(served: bool, last: float) -> float:
+    """Seconds to wait before the next broker: none after one that served; after one that
+    died before it served, growing from RESTART_DELAY_S (doubling) up to MAX_RESTART_DELAY_S."""
+    if served:
+        return 0.0
+    return min(max(2 * last, RESTART_DELAY_S), MAX_RESTART_DELAY_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m jupyter_gpushare.broker.ops.supervisor [broker arguments]``.
+
+    ``GPUSHARE_SUPERVISOR_STANDBY=0`` in the environment turns the warm standby off (one
+    idle process with the broker's modules imported, which makes a restart about a
+    second faster).
+    """
+    standby = os.environ.get("GPUSHARE_SUPERVISOR_STANDBY", "1") not in ("0", "false", "no")
+    return Supervisor(list(sys.argv[1:] if argv is None else argv), standby=standby).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""The GPU-hour ledger of the broker: the month's running totals and any period's hours.
+
+The ``gpushare_grants`` table is the ledger (one interval per grant); :class:`LedgerMixin`
+rebuilds the month's :class:`~.ledger_month.MonthLedger` from it at start and at each new
+month, and answers GPU-hours of any period from the intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import or_, select
+
+from ...core.ledger import Interval, gpu_hours, month_bounds, month_of
+from ..store.db import grants_table
+from .base import BrokerBase
+from .ledger_month import MonthLedger
+
+
+class LedgerMixin(BrokerBase):
+    """GPU-hours of the current month (O(1) per change) and of any period."""
+
+    def _reset_ledger(self, now: float) -> None:
+        year, month = month_of(now)
+        start, end = month_bounds(year, month)
+        ledger = MonthLedger(month=(year, month), start=start)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(
+                    grants_table.c.id,
+                    grants_table.c.team,
+                    grants_table.c.pool,
+                    grants_table.c.username,
+                    grants_table.c.units_milli,
+                    grants_table.c.granted_at,
+                    grants_table.c.released_at,
+                ).where(
+                    grants_table.c.released_at.is_not(None),
+                    grants_table.c.released_at > start,
+                    grants_table.c.granted_at < end,
+                )
+            )
+            intervals = [
+                Interval(
+                    r.id, r.team, r.pool, r.username, r.units_milli, r.granted_at, r.released_at
+                )
+                for r in rows
+            ]
+        for key, hours in gpu_hours(intervals, start, end, now).items():
+            ledger.closed[key] = hours  # type: ignore[index]
+        for grant in self.state.grants.values():
+            ledger.add(grant)
+        self.ledger = ledger
+
+    def _month_hours(self, now: float) -> MonthLedger:
+        if month_of(now) != self.ledger.month:
+            self._reset_ledger(now)
+        return self.ledger
+
+    def gpu_hours_between(self, start: float, end: float) -> dict[Any, float]:
+        """GPU-hours per (team, pool) in any period, from the ledger intervals."""
+        now = self.clock()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(grants_table).where(
+                    grants_table.c.granted_at < end,
+                    or_(grants_table.c.released_at.is_(None), grants_table.c.released_at > start),
+                )
+            )
+            intervals = [
+                Interval(
+                    r.id, r.team, r.pool, r.username, r.units_milli, r.granted_at, r.released_at
+                )
+                for r in rows
+            ]
+        return gpu_hours(intervals, start, end, now)
