@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, Request
-from .packrows import NodeView, Row, RowTable, row_of
+from .packrows import NodeView, Row, RowTable, head_row
 from .scarcity import HostKind, Scarcity
 from .state import GPUState, NodeState
 
@@ -92,7 +92,8 @@ def shape_of(request: Request) -> Shape:
         milli, num = ask.fraction_milli, 1
     else:
         milli, num = 0, 0
-    return (request.cpu_milli, milli, num, tuple(sorted(request.gpu_models)))
+    models = request.gpu_models
+    return (request.cpu_milli, milli, num, tuple(sorted(models)) if models else ())
 
 
 @dataclass
@@ -203,12 +204,14 @@ class PoolIndex:
         self._drop_memos()
         for view in self.by_pos:
             view.sig = self._sigs.setdefault((view.model, view.sorted_units), len(self._sigs))
+            view.head = None
             if self.rows.bucket_of[view.pos] >= 0:
                 self.rows.file(view)
 
     def refresh(self, view: NodeView) -> None:
         """Re-read one node from the state and fix its index memberships."""
         ns = view.ns
+        view.head = None
         self.clock += 1
         self.changed.pop(view.pos, None)
         self.changed[view.pos] = self.clock
@@ -367,7 +370,7 @@ class PoolIndex:
             changed.add(pos)
         heads = self._kind_heads()
         fresh = changed.union(h.pos for h in heads)
-        rows = [row_of(h) for h in heads] + self.rows.changed_rows(changed, shape[1])
+        rows = [head_row(h) for h in heads] + self.rows.changed_rows(changed, shape[1])
         merged: list[_Scored] = [
             e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
         ]

@@ -35,6 +35,7 @@ class NodeView:
     total: int = 0  # free milli over all GPUs
     inv_cpu: float = 0.0  # 1 / CPU capacity
     inv_gpu: float = 0.0  # 1 / GPU capacity in milli
+    head: tuple | None = None  # its row while untouched (kept: a head is scored each decision)
 
 
 Row = tuple[int, int, tuple[int, ...], str, int, int, float, float, int, NodeView]
@@ -58,6 +59,15 @@ def row_of(view: NodeView) -> Row:
         ns.free_cpu, ns.free_mem, view.sorted_units, view.model, view.sig, view.total,
         view.inv_cpu, view.inv_gpu, view.pos, view,
     )  # fmt: skip
+
+
+def head_row(view: NodeView) -> Row:
+    """The row of an untouched node, made once (its values do not change until it is used,
+    or its signature is made again: :meth:`.packindex.PoolIndex.refresh` then drops it)."""
+    row = view.head
+    if row is None:
+        row = view.head = row_of(view)
+    return row
 
 
 def _position(row: Row) -> int:
@@ -164,7 +174,7 @@ class RowTable:
         pos = flags.find("1")
         while pos >= 0:
             row = row_at[pos]
-            yield row if row is not None else row_of(at[pos])
+            yield row if row is not None else head_row(at[pos])
             pos = flags.find("1", pos + 1)
 
     def changed_rows(self, changed: Iterable[int], milli: int) -> list[Row]:
