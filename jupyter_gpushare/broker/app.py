@@ -9,14 +9,11 @@ JupyterHub the hub starts it (``hubsetup.setup_gpushare`` writes the service ent
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import gc
 import importlib
-import json
 import logging
 import os
-import secrets
 import signal
 import sys
 import time
@@ -32,7 +29,7 @@ from traitlets.config import Application
 
 from ..core.model import Policy
 from .api.admin_page import admin_routes
-from .api.auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator
+from .api.auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator, cookie_secret
 from .api.handler_base import Context
 from .api.handlers import routes
 from .api.pages import page_routes
@@ -40,11 +37,11 @@ from .hubclient import HubClient
 from .jobs.runner import JobManager, JobsBatchBackend
 from .ops.culler import GPUCuller
 from .ops.gcpace import CollectorPacer
+from .ops.lifetime import Lifetime, tell_supervisor_ready
 from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
-from .ops.supervisor import alive
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
@@ -238,7 +235,7 @@ class BrokerApp(Application):
         return "gpushare_cookie_secret" if os.environ.get("JUPYTERHUB_SERVICE_NAME") else ""
 
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
-    _linger_until: float | None = None
+    _lifetime: Lifetime | None = None
 
     @default("db_url")
     def _db_url(self) -> str:
@@ -347,7 +344,10 @@ class BrokerApp(Application):
             admin_routes(self.base_url, self.ctx, self.culler, self.policy_file)
             + routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
             log_function=self._log_request,
-            cookie_secret=self._cookie_secret() if self.login is not None else None,
+            cookie_secret=(
+                cookie_secret(self.cookie_secret_file, self.log)
+                if self.login is not None else None
+            ),
         )
         return self.web_app
 
@@ -366,30 +366,6 @@ class BrokerApp(Application):
             self.log.warning("commit_mode %s needs raw_sql: committing inline", mode)
             return "inline"
         return mode
-
-    def _cookie_secret(self) -> bytes:
-        """The secret that signs login cookies, kept in ``cookie_secret_file``."""
-        if not self.cookie_secret_file:
-            return secrets.token_bytes(32)
-        path = self.cookie_secret_file
-        try:
-            with open(path) as f:
-                return bytes.fromhex(f.read().strip())
-        except FileNotFoundError:
-            pass
-        except (OSError, ValueError) as exc:
-            self.log.warning("gpushare: cannot read cookie secret %s (%s): a new one", path, exc)
-            return secrets.token_bytes(32)
-        secret = secrets.token_bytes(32)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secret.hex())
-        except FileExistsError:  # another broker wrote it meanwhile
-            return self._cookie_secret()
-        except OSError as exc:
-            self.log.warning("gpushare: cannot write cookie secret %s (%s)", path, exc)
-        return secret
 
     def _log_request(self, handler: web.RequestHandler) -> None:
         status = handler.get_status()
@@ -447,8 +423,8 @@ class BrokerApp(Application):
         self.log.info(
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
-        self._write_pid_file()
-        self._tell_supervisor_ready()
+        self.lifetime.write_pid_file()
+        tell_supervisor_ready()
         self._tasks: set[asyncio.Task[Any]] = set()
         self.retention = RequestRetention(self.broker)  # old request rows (broker/ops/retention.py)
         self._tasks.add(asyncio.ensure_future(self.retention.run()))
@@ -477,94 +453,21 @@ class BrokerApp(Application):
                     raise
             if not took_over:
                 took_over = True
-                self._stop_stale_broker()
+                self.lifetime.stop_stale_broker()
             await asyncio.sleep(0.2)
 
-    @staticmethod
-    def _tell_supervisor_ready() -> None:
-        """One byte on the supervisor's ready pipe (``$GPUSHARE_READY_FD``): this broker
-        serves, so the supervisor replaces it at once should it die (broker/ops/supervisor.py)."""
-        fd = os.environ.pop("GPUSHARE_READY_FD", "")
-        if not fd.isdigit():
-            return
-        with contextlib.suppress(OSError):
-            os.write(int(fd), b"r")
-        with contextlib.suppress(OSError):
-            os.close(int(fd))
-
-    def _read_pid_file(self) -> dict[str, Any]:
-        if not self.pid_file:
-            return {}
-        try:
-            with open(self.pid_file) as f:
-                data = json.load(f)
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def _stop_stale_broker(self) -> None:
-        old = self._read_pid_file()
-        pid, hub_pid = int(old.get("pid") or 0), int(old.get("hub_pid") or 0)
-        if pid in (0, os.getpid()) or not alive(pid) or old.get("port") != self.port:
-            return
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"jupyter_gpushare.broker" not in f.read():
-                    return  # the pid was reused by something else: leave it alone
-        except OSError:
-            return
-        if not hub_pid or alive(hub_pid):
-            return  # a broker without a hub, or one whose hub runs: not ours to stop
-        self.log.warning("gpushare: port %d is held by broker pid %d whose hub (pid %d) is "
-                         "gone; stopping it", self.port, pid, hub_pid)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-
-    def _write_pid_file(self) -> None:
-        if not self.pid_file:
-            return
-        data = {"pid": os.getpid(), "port": self.port,
-                "hub_pid": self._watched("GPUSHARE_HUB_PID")}
-        try:
-            with open(self.pid_file + ".tmp", "w") as f:
-                json.dump(data, f)
-            os.replace(self.pid_file + ".tmp", self.pid_file)
-        except OSError as exc:
-            self.log.warning("gpushare: cannot write pid file %s: %s", self.pid_file, exc)
-
-    def _remove_pid_file(self) -> None:
-        if self.pid_file and self._read_pid_file().get("pid") == os.getpid():
-            with contextlib.suppress(OSError):
-                os.remove(self.pid_file)
-
-    @staticmethod
-    def _watched(name: str) -> int:
-        try:
-            return int(os.environ.get(name) or 0)
-        except ValueError:
-            return 0
+    @property
+    def lifetime(self) -> Lifetime:
+        """The pid file and the reasons to stop (:mod:`.ops.lifetime`), made once."""
+        if self._lifetime is None:
+            self._lifetime = Lifetime(self.pid_file, self.port, self.linger_max_s, self.log)
+        return self._lifetime
 
     def linger(self) -> None:
-        """Serve until the hub is gone (at most ``linger_max_s``), not until the supervisor
-        is: the hub is shutting down and will stop the servers, which release their grants."""
-        if self._linger_until is None:
-            self._linger_until = time.monotonic() + self.linger_max_s
-            self.log.info("gpushare broker: the hub is shutting down; serving the servers' "
-                          "releases until it is gone (at most %.0fs)", self.linger_max_s)
+        self.lifetime.linger()
 
     def why_stop(self) -> str | None:
-        """Why the broker should stop now (its hub or supervisor is gone), else ``None``."""
-        hub, supervisor = self._watched("GPUSHARE_HUB_PID"), self._watched(
-            "GPUSHARE_SUPERVISOR_PID")
-        if hub and not alive(hub):
-            return f"the hub (pid {hub}) is gone"
-        if self._linger_until is not None:
-            if time.monotonic() > self._linger_until:
-                return f"lingered {self.linger_max_s:.0f}s after the hub's shutdown began"
-            return None
-        if supervisor and not alive(supervisor):
-            return f"the supervisor (pid {supervisor}) is gone"
-        return None
+        return self.lifetime.why_stop()
 
     async def _watch(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -591,7 +494,7 @@ class BrokerApp(Application):
     async def stop_async(self) -> None:
         if getattr(self, "server", None) is not None:
             self.server.stop()
-        self._remove_pid_file()
+        self.lifetime.remove_pid_file()
         for task in getattr(self, "_tasks", ()):
             task.cancel()
         if getattr(self, "culler", None) is not None:

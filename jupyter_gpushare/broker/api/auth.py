@@ -22,7 +22,9 @@ Access to the broker at all needs one of ``access:services``,
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -328,3 +330,28 @@ class BrowserAuthMixin(HubOAuthenticated):  # type: ignore[misc]
         if identity is None:
             raise BrokerError(403, "this login may not use the gpushare service")
         self.identity = identity
+
+
+def cookie_secret(path: str, log: logging.Logger | logging.LoggerAdapter[Any]) -> bytes:
+    """The secret that signs login cookies, kept in the file ``path`` (made 0600 the first
+    time; "" for a new secret on each start)."""
+    if not path:
+        return secrets.token_bytes(32)
+    try:
+        with open(path) as f:
+            return bytes.fromhex(f.read().strip())
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        log.warning("gpushare: cannot read cookie secret %s (%s): a new one", path, exc)
+        return secrets.token_bytes(32)
+    secret = secrets.token_bytes(32)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret.hex())
+    except FileExistsError:  # another broker wrote it meanwhile
+        return cookie_secret(path, log)
+    except OSError as exc:
+        log.warning("gpushare: cannot write cookie secret %s (%s)", path, exc)
+    return secret
