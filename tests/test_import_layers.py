@@ -46,6 +46,8 @@ BREAKERS: dict[str, tuple[str, str]] = {
                                   "jupyter_gpushare.broker.api.handlers"),
     "serverextension-over-http": ("jupyter_gpushare.serverextension.jobs",
                                   "jupyter_gpushare.broker.client"),
+    "scheduler-over-http": ("jupyter_gpushare.scheduler.scheduler",
+                            "jupyter_gpushare.serverextension.jobs"),
     "telemetry-alone": ("jupyter_gpushare.telemetry.sampler", "jupyter_gpushare.spawner.local"),
     "broker-rooms": ("jupyter_gpushare.broker.store.serial",
                      "jupyter_gpushare.broker.service.views"),
