@@ -10,10 +10,16 @@ Each pair submits the same notebook to the same profile once each way, in random
 * **gpushare**: ``POST /gpushare/api/jobs`` (what the submit dialog's Submit button sends);
 * **jupyter-scheduler**: ``POST /scheduler/jobs`` (what its Create button sends).
 
-"Create to running" is the broker's ``started_at`` (the job's process started, state
-``running``) minus the client's clock just before the POST (one machine, one clock), so no
-polling interval is in it. Each job is left to finish before the next, so both ways meet an
-idle pool. Prints the medians, the ratio and the answer latency of each POST; asserts nothing.
+Two figures per way, both from the client's clock just before the POST (one machine, one
+clock, so no polling interval is in them):
+
+* **started**: until the broker's ``started_at`` (the job's process started, state
+  ``running``);
+* **shown running**: until the job is started *and* the POST has answered, i.e. the
+  earliest moment the UI that sent it can show it running (the target's figure).
+
+Each job is left to finish before the next, so both ways meet an idle pool. Prints medians
+and the ratio of each; asserts nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ async def until_finished(s: Stack, job_id: str, timeout_s: float = 120) -> dict[
 
 
 async def via_gpushare(s: Stack) -> tuple[float, float]:
+    """(Create->started, Create->answered) in seconds."""
     t0 = time.time()
     status, job = await s.lab_api("POST", "gpushare/api/jobs", {"path": "hello.ipynb", **PROFILE})
     answered = time.time() - t0
@@ -81,8 +88,8 @@ async def via_jupyter_scheduler(s: Stack) -> tuple[float, float]:
 
 async def main(pairs: int) -> None:
     ways = {"gpushare": via_gpushare, "jupyter-scheduler": via_jupyter_scheduler}
-    to_running: dict[str, list[float]] = {w: [] for w in ways}
-    answer: dict[str, list[float]] = {w: [] for w in ways}
+    started: dict[str, list[float]] = {w: [] for w in ways}
+    shown: dict[str, list[float]] = {w: [] for w in ways}
     with tempfile.TemporaryDirectory() as tmp:
         async with scheduler_stack(Path(tmp)) as s:
             await via_gpushare(s)  # warm-up: the first kernel start and imports
@@ -92,23 +99,23 @@ async def main(pairs: int) -> None:
                 random.shuffle(order)
                 for way in order:
                     running, answered = await ways[way](s)
-                    to_running[way].append(running)
-                    answer[way].append(answered)
+                    started[way].append(running)
+                    shown[way].append(max(running, answered))
     print(f"{pairs} pairs, profile {PROFILE['profile']}, local backend (papermill)")
-    for way in ways:
-        ms = [t * 1000 for t in to_running[way]]
-        print(
-            f"  {way:18s} Create->running median {statistics.median(ms):7.1f} ms"
-            f" (min {min(ms):.1f}, max {max(ms):.1f});"
-            f" POST answered median {statistics.median(answer[way]) * 1000:.1f} ms"
+    for figure, values in (("Create->started", started), ("Create->shown running", shown)):
+        for way in ways:
+            ms = [t * 1000 for t in values[way]]
+            print(
+                f"  {figure:22s} {way:18s} median {statistics.median(ms):7.1f} ms"
+                f" (min {min(ms):.1f}, max {max(ms):.1f})"
+            )
+        ratio = statistics.median(values["jupyter-scheduler"]) / statistics.median(
+            values["gpushare"]
         )
-    ratio = statistics.median(to_running["jupyter-scheduler"]) / statistics.median(
-        to_running["gpushare"]
-    )
-    print(
-        f"ratio jupyter-scheduler / gpushare (medians): {ratio:.3f} "
-        f"({(ratio - 1) * 100:+.1f} %; target <= +10 %)"
-    )
+        print(
+            f"  {figure:22s} ratio jupyter-scheduler / gpushare (medians): {ratio:.3f} "
+            f"({(ratio - 1) * 100:+.1f} %; target <= +10 %)"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ from jupyter_scheduler.models import (
 )
 from jupyter_scheduler.orm import Job, JobDefinition
 from jupyter_scheduler.scheduler import Scheduler
-from traitlets import Integer
+from sqlalchemy import create_engine, event
+from sqlalchemy.orm import sessionmaker
+from traitlets import Bool, Integer
 from traitlets import Type as TType
 
 from .broker_http import call_broker
@@ -48,6 +50,13 @@ from .form import (
 from .outputs import stage_outputs
 
 UNFINISHED = (Status.CREATED, Status.QUEUED, Status.IN_PROGRESS, Status.STOPPING)
+
+
+def wal_mode(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 class BrokerRefusal(SchedulerError):
@@ -69,6 +78,26 @@ class GPUShareScheduler(Scheduler):
         config=True,
         help="How many of the user's newest broker jobs one refresh of the job list reads.",
     )
+
+    sqlite_wal = Bool(
+        True,
+        config=True,
+        help="On a SQLite db_url, keep jupyter-scheduler's records in WAL mode with "
+        "synchronous=NORMAL: a commit no longer waits for the disk (it made Create answer "
+        "25-90 ms later than the gpushare dialog here); a power cut may lose the last "
+        "records, never the jobs, which the broker keeps and the gpushare panel lists.",
+    )
+
+    _db_session: Any = None
+
+    @property
+    def db_session(self) -> Any:
+        if not self._db_session:
+            engine = create_engine(self.db_url, echo=False)
+            if engine.dialect.name == "sqlite" and self.sqlite_wal:
+                event.listen(engine, "connect", wal_mode)
+            self._db_session = sessionmaker(bind=engine)
+        return self._db_session
 
     # -- creating ---------------------------------------------------------------------
 
