@@ -8,6 +8,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode
 
 from .handlers import handlers
+from .hostuse import resource_usage_loaded
 from .jobs import job_handlers
 from .service import ServiceConfig, TelemetryService
 from .switch import switch_handlers
@@ -168,6 +169,8 @@ class GPUShareServerApp(ExtensionApp):
             terminal_manager=_LazyTerminals(sa),
         )
         self.settings["gpushare_service"] = self.service
+        web_settings: dict[str, Any] = getattr(getattr(sa, "web_app", None), "settings", {})
+        self.service.host_elsewhere = lambda: resource_usage_loaded(web_settings)
         self.settings["gpushare_max_output_bytes"] = int(self.max_output_bytes)
 
     def initialize_handlers(self) -> None:

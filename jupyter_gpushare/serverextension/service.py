@@ -34,9 +34,11 @@ from ..telemetry.model import Sample
 from ..telemetry.sampler import Sampler, capacity_for
 from ..telemetry.simulated import SimulatedSampler
 from ..telemetry.watchdog import ACTIONS, LimitWatchdog, Violation, watchdog_applies
+from .hostuse import RESOURCE_USAGE, HostMeter, HostUse
 from .kernel_messages import run_in_kernel, watcher_code
 from .notices import notice_text, notices_of, with_time_left
 from .process_stop import pid_alive, stop_process, where_is, write_to_terminal
+from .watchdog_repeat import RepeatGuard
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,10 @@ class TelemetryService:
             * 8
         )
         self.events: deque[dict[str, Any]] = deque(maxlen=100)
+        self.host_meter = HostMeter(self.server_pid)
+        self.repeats = RepeatGuard()
+        # set by the extension: True where jupyter-resource-usage measures the host instead
+        self.host_elsewhere: Callable[[], bool] = lambda: False
         self.current: dict[str, Any] | None = None
         self.current_json: str | None = None
         self.attribution: Attribution | None = None
@@ -287,12 +293,14 @@ class TelemetryService:
         kernels = self.kernels
         tree = collect_process_tree(self.server_pid, kernels)
         att = attribute(sample, self.grant.gpu_uuids, tree, kernels)
+        elsewhere = self.host_elsewhere()
+        host = HostUse(RESOURCE_USAGE) if elsewhere else self.host_meter.measure()
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._on_sample, sample, att)
+                loop.call_soon_threadsafe(self._on_sample, sample, att, host)
 
-    def _on_sample(self, sample: Sample, att: Attribution) -> None:
+    def _on_sample(self, sample: Sample, att: Attribution, host: HostUse | None = None) -> None:
         """Event loop: watchdog, hints, timeline, stream fan-out."""
         self.attribution = att
         limit = self.grant.memory_limit_mib
@@ -308,6 +316,8 @@ class TelemetryService:
             self._hints, self._hints_at = self.hints(sample.ts), sample.ts
         hints = self._hints
         self.current = self.answer(sample, att, hints)
+        if host is not None:
+            self.current["host"] = host.to_dict()
         self.current_json = json.dumps({"type": "sample", **self.current, "sent_ts": time.time()})
         self._first_sample.set()
         self.broadcast(self.current_json)
@@ -387,12 +397,15 @@ class TelemetryService:
         text = v.message
         outcome = "no process to act on"
         extra: dict[str, Any] = {}
+        tell: str | None = None  # the kernel told after the event is out (it may not answer)
         if v.kernel_id is not None and self.kernel_manager is not None:
-            text = f"{v.message}; the kernel was {VERBS[action]}"
+            action, why = self.repeats.decide(v.kernel_id, action, v.ts)
+            extra["times"] = self.repeats.count(v.kernel_id)
+            text = f"{v.message}; the kernel was {VERBS[action]}{why}"
             log.error("gpushare watchdog: %s (kernel %s)", text, v.kernel_id)
             outcome = await self._act(action, v.kernel_id)
             if action != "shutdown" and outcome == "done":
-                await self.tell_kernel(v.kernel_id, text)
+                tell = v.kernel_id
         elif v.pid is not None:
             loop = asyncio.get_running_loop()
             where = await loop.run_in_executor(None, self._where, v.pid)
@@ -421,6 +434,8 @@ class TelemetryService:
         event["message"] = text
         self.events.append(event)
         self.broadcast(json.dumps(event))
+        if tell is not None:
+            await self.tell_kernel(tell, text)
         return event
 
     def _where(self, pid: int) -> tuple[str, str | None]:

@@ -43,12 +43,25 @@ export class LineChart {
     this.node = document.createElement('figure');
     this.node.className = 'jp-gpushare-chart';
     const cap = document.createElement('figcaption');
-    cap.textContent = opts.title;
+    this._title.textContent = opts.title;
+    this._title.className = 'jp-gpushare-chart-title';
     this._value.className = 'jp-gpushare-chart-value';
-    cap.append(' ', this._value);
+    cap.append(this._title, ' ', this._value);
     this._svg = el('svg', { viewBox: `0 0 ${this.w} ${this.h}`, role: 'img' });
     this._svg.setAttribute('aria-label', opts.title);
     this.node.append(cap, this._svg);
+  }
+
+  /** Says whose figure it is (the caption) and what its dashed line is. */
+  setTitle(title: string, limitLabel: string = this.opts.limitLabel): void {
+    if (title === this.opts.title && limitLabel === this.opts.limitLabel) {
+      return;
+    }
+    this.opts.title = title;
+    this.opts.limitLabel = limitLabel;
+    this._title.textContent = title;
+    this._svg.setAttribute('aria-label', title);
+    this.render(Date.now());
   }
 
   setData(points: IPoint[], limit: number | null, now: number = Date.now()): void {
@@ -138,6 +151,7 @@ export class LineChart {
   private _value = document.createElement('span');
   private _points: IPoint[] = [];
   private _limit: number | null = null;
+  private _title = document.createElement('span');
 }
 
 function fmt(v: number): string {

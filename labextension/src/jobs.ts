@@ -1,13 +1,27 @@
 /**
- * The jobs panel (loaded on first show): the user's jobs with state, queue position, runtime,
- * GPU-hours; a live log tail streamed from the server (server-sent events); cancel; "open
- * output notebook"; a failed job's error with the failing cell named, without ANSI codes.
+ * The jobs panel (loaded on first show): the job history with names, submit/start/end times
+ * (local time), state, queue position, runtime, GPU-hours; sorting and filtering; a live log
+ * that follows new lines; cancel (after a confirmation); open, download or write HTML of the
+ * output notebook; delete a finished job; a failed job's error with the failing cell named.
  */
-import { apiUrl } from './api';
+import {
+  confirmCancel,
+  deleteJob,
+  deletedJobs,
+  downloadOutput,
+  fileExists,
+  openOutputOf,
+  writeHtml
+} from './jobactions';
+import { DEFAULT_QUERY, IJobQuery, SortKey, StateFilter, select } from './jobfilter';
+import { JobLog } from './joblog';
+import { trans } from './i18n';
 import { IJob, TERMINAL, cancelJob, duration, errorSummary, jobStatusText, stripAnsi } from './jobsapi';
 import { JobWatcher } from './jobwatch';
+import { Settings } from './settings';
+import { localFull, localTime } from './when';
 
-const TAIL_CHARS = 8000;
+export { xsrfCookie } from './joblog';
 
 function h(tag: string, cls = '', text = ''): HTMLElement {
   const e = document.createElement(tag);
@@ -20,9 +34,17 @@ function h(tag: string, cls = '', text = ''): HTMLElement {
   return e;
 }
 
+function button(text: string, cls: string, action: string, onClick: () => void): HTMLButtonElement {
+  const b = h('button', `jp-mod-styled ${cls}`.trim(), text) as HTMLButtonElement;
+  b.dataset.action = action;
+  b.addEventListener('click', onClick);
+  return b;
+}
+
 export interface IJobsContext {
   watcher: JobWatcher;
   openOutput: (path: string) => void;
+  settings?: Settings;
 }
 
 export class JobsPanelContent {
@@ -32,8 +54,8 @@ export class JobsPanelContent {
   ) {
     host.classList.add('jp-gpushare-jobs');
     const head = h('div', 'jp-gpushare-title');
-    head.append(h('h2', '', 'GPU jobs'));
-    host.append(head, this._empty, this._list);
+    head.append(h('h2', '', trans().__('GPU jobs')));
+    host.append(head, this.toolbar(), this._empty, this._list);
     ctx.watcher.changed.connect((_, jobs) => this.render(jobs), this);
   }
 
@@ -41,14 +63,7 @@ export class JobsPanelContent {
     this._visible = true;
     this.render(this.ctx.watcher.jobs);
     await this.ctx.watcher.refresh();
-    if (!this._timer) {
-      // while the panel is shown, keep running times and positions fresh
-      this._timer = window.setInterval(() => {
-        if (this._visible && !document.hidden && this.ctx.watcher.jobs.some(j => !TERMINAL.has(j.state))) {
-          void this.ctx.watcher.refresh();
-        }
-      }, 5000);
-    }
+    this.schedule();
   }
 
   hidden(): void {
@@ -56,12 +71,74 @@ export class JobsPanelContent {
     this.closeLog();
   }
 
-  private render(jobs: IJob[]): void {
+  /** While the panel is shown, keep running times and positions fresh. */
+  private schedule(): void {
+    if (this._timer) {
+      return;
+    }
+    this._timer = window.setTimeout(() => {
+      this._timer = 0;
+      if (this._visible && !document.hidden && this.ctx.watcher.jobs.some(j => !TERMINAL.has(j.state))) {
+        void this.ctx.watcher.refresh();
+      }
+      this.schedule();
+    }, this.ctx.settings?.refreshMs ?? 5000);
+  }
+
+  private toolbar(): HTMLElement {
+    const t = trans();
+    const bar = h('div', 'jp-gpushare-jobs-toolbar');
+    const search = h('input', 'jp-mod-styled jp-gpushare-jobs-search') as HTMLInputElement;
+    search.type = 'search';
+    search.placeholder = t.__('Filter by name, profile or id');
+    search.addEventListener('input', () => this.query({ text: search.value }));
+    const state = h('select', 'jp-mod-styled jp-gpushare-jobs-state') as HTMLSelectElement;
+    const states: [StateFilter, string][] = [
+      ['all', t.__('All states')],
+      ['active', t.__('Queued or running')],
+      ['succeeded', t.__('Succeeded')],
+      ['failed', t.__('Failed')],
+      ['cancelled', t.__('Cancelled or lost')]
+    ];
+    for (const [v, label] of states) {
+      const o = h('option', '', label) as HTMLOptionElement;
+      o.value = v;
+      state.append(o);
+    }
+    state.addEventListener('change', () => this.query({ state: state.value as StateFilter }));
+    const sort = h('select', 'jp-mod-styled jp-gpushare-jobs-sort') as HTMLSelectElement;
+    const sorts: [SortKey, string][] = [
+      ['newest', t.__('Newest first')],
+      ['oldest', t.__('Oldest first')],
+      ['name', t.__('Name')],
+      ['state', t.__('State')],
+      ['gpu_hours', t.__('Most GPU-hours')]
+    ];
+    for (const [v, label] of sorts) {
+      const o = h('option', '', label) as HTMLOptionElement;
+      o.value = v;
+      sort.append(o);
+    }
+    sort.addEventListener('change', () => this.query({ sort: sort.value as SortKey }));
+    bar.append(search, state, sort);
+    return bar;
+  }
+
+  private query(change: Partial<IJobQuery>): void {
+    this._query = { ...this._query, ...change };
+    this.render(this.ctx.watcher.jobs);
+  }
+
+  private render(all: IJob[]): void {
+    const t = trans();
+    const jobs = select(all, this._query, deletedJobs());
     this._empty.textContent = this.ctx.watcher.available
       ? jobs.length
         ? ''
-        : 'No batch jobs yet. Use "Submit as batch job" on a notebook (toolbar, file browser, or the command palette).'
-      : 'Batch jobs need the gpushare broker: this server was not started by a hub with gpushare.';
+        : all.length
+          ? t.__('No job matches the filter.')
+          : t.__('No batch jobs yet. Use "Submit as batch job" on a notebook (toolbar, file browser, or the command palette).')
+      : t.__('Batch jobs need the gpushare broker: this server was not started by a hub with gpushare.');
     this._empty.hidden = !this._empty.textContent;
     const keep = new Set<string>();
     for (const j of jobs) {
@@ -73,7 +150,7 @@ export class JobsPanelContent {
         this._rows.set(j.id, row);
       }
       this.fill(row, j);
-      this._list.append(row); // keeps the broker's order (newest first)
+      this._list.append(row);
     }
     for (const [id, row] of this._rows) {
       if (!keep.has(id)) {
@@ -81,9 +158,30 @@ export class JobsPanelContent {
         this._rows.delete(id);
       }
     }
+    this._log?.restore(); // moving the rows reset the log's scroll position
+  }
+
+  private times(j: IJob): HTMLElement {
+    const t = trans();
+    const box = h('div', 'jp-gpushare-job-times');
+    const items: [string, string | null | undefined][] = [
+      [t.__('submitted'), j.created_at],
+      [t.__('started'), j.started_at],
+      [t.__('ended'), j.ended_at]
+    ];
+    for (const [label, at] of items) {
+      if (at) {
+        const span = h('span', 'jp-gpushare-job-time', `${label} ${localTime(at)}`);
+        span.title = localFull(at);
+        span.dataset.what = label;
+        box.append(span);
+      }
+    }
+    return box;
   }
 
   private fill(row: HTMLElement, j: IJob): void {
+    const t = trans();
     row.dataset.state = j.state;
     const head = h('div', 'jp-gpushare-job-head');
     head.append(h('span', 'jp-gpushare-job-name', j.name), h('span', 'jp-gpushare-badge', j.state));
@@ -93,116 +191,131 @@ export class JobsPanelContent {
       [
         j.profile,
         j.priority,
-        j.state === 'queued' && j.position ? `position ${j.position}` : '',
-        `runtime ${duration(j.runtime_s)}`,
+        j.state === 'queued' && j.position ? t.__('position %1', j.position) : '',
+        t.__('runtime %1', duration(j.runtime_s)),
         `${(j.gpu_hours ?? 0).toFixed(3)} GPU-h`,
-        j.attempt > 1 ? `attempt ${j.attempt}` : ''
+        j.attempt > 1 ? t.__('attempt %1', j.attempt) : ''
       ]
         .filter(Boolean)
         .join(' · ')
     );
     const status = h('div', 'jp-gpushare-job-status', jobStatusText(j));
-    const buttons = h('div', 'jp-gpushare-job-buttons');
-    if (!TERMINAL.has(j.state)) {
-      const cancel = h('button', 'jp-mod-styled jp-mod-warn', 'Cancel');
-      cancel.addEventListener('click', () => {
-        (cancel as HTMLButtonElement).disabled = true;
-        void cancelJob(j.id)
-          .then(() => this.ctx.watcher.refresh())
-          .catch(e => {
-            status.textContent = `Cancel refused: ${(e as Error).message}`;
-          });
-      });
-      buttons.append(cancel);
-    }
-    if (j.output_path && (j.state === 'succeeded' || j.state === 'failed')) {
-      const open = h('button', 'jp-mod-styled jp-mod-accept', 'Open output');
-      open.title = j.output_path;
-      const out = j.output_path;
-      open.addEventListener('click', () => this.ctx.openOutput(out));
-      buttons.append(open);
-    }
-    const logBtn = h('button', 'jp-mod-styled', this._logJob === j.id ? 'Hide log' : 'Log');
-    logBtn.addEventListener('click', () => (this._logJob === j.id ? this.closeLog() : this.openLog(j)));
-    buttons.append(logBtn);
-    const parts: HTMLElement[] = [head, facts, status];
+    const parts: HTMLElement[] = [head, this.times(j), facts, status];
     if (j.state === 'failed' && j.error) {
       parts.push(errorBox(j));
     }
-    parts.push(buttons);
-    if (this._logJob === j.id && this._logNode) {
-      parts.push(this._logNode);
+    parts.push(this.buttons(j, status));
+    if (this._log?.jobId === j.id) {
+      parts.push(this._log.node);
     }
     row.replaceChildren(...parts);
   }
 
+  private buttons(j: IJob, status: HTMLElement): HTMLElement {
+    const t = trans();
+    const box = h('div', 'jp-gpushare-job-buttons');
+    const say = (e: unknown) => {
+      status.textContent = (e as Error).message;
+    };
+    if (!TERMINAL.has(j.state)) {
+      const cancel = button(t.__('Cancel'), 'jp-mod-warn', 'cancel', () => {
+        void (async () => {
+          const running = j.state === 'running' || j.state === 'admitted';
+          if (running && !(await confirmCancel(j))) {
+            return;
+          }
+          cancel.disabled = true;
+          try {
+            await cancelJob(j.id);
+            await this.ctx.watcher.refresh();
+          } catch (e) {
+            status.textContent = t.__('Cancel refused: %1', (e as Error).message);
+          }
+        })();
+      });
+      box.append(cancel);
+    }
+    if (j.output_path && TERMINAL.has(j.state)) {
+      const partial = j.state !== 'succeeded';
+      const open = button(partial ? t.__('Open partial output') : t.__('Open output'), 'jp-mod-accept', 'open', () => {
+        void openOutputOf(j, this.ctx.openOutput, () => this.openLog(j)).catch(say);
+      });
+      open.title = j.output_path;
+      if (partial) {
+        // offered only where the run wrote something (a failed or cancelled run may not have)
+        open.hidden = true;
+        const none = button(t.__('No output?'), '', 'no-output', () => {
+          void openOutputOf(j, this.ctx.openOutput, () => this.openLog(j)).catch(say);
+        });
+        none.title = t.__('Why there is no output notebook');
+        none.hidden = true;
+        void this.outputThere(j).then(there => {
+          open.hidden = !there;
+          none.hidden = there;
+          box.dataset.output = there ? 'yes' : 'no';
+        });
+        box.append(none);
+      }
+      box.append(open);
+      if (j.state === 'succeeded') {
+        box.append(
+          button(t.__('Download'), '', 'download', () => void downloadOutput(j).catch(say)),
+          button(t.__('HTML'), '', 'html', () => {
+            void writeHtml(j)
+              .then(p => this.ctx.openOutput(p))
+              .catch(say);
+          })
+        );
+      }
+    }
+    if (TERMINAL.has(j.state)) {
+      box.append(
+        button(t.__('Delete'), '', 'delete', () => {
+          void deleteJob(j).then(gone => gone && this.render(this.ctx.watcher.jobs));
+        })
+      );
+    }
+    const showing = this._log?.jobId === j.id;
+    box.append(
+      button(showing ? t.__('Hide log') : t.__('Log'), '', 'log', () => (showing ? this.closeLog() : this.openLog(j)))
+    );
+    return box;
+  }
+
+  /** Whether a finished job's output notebook is in the user's files (asked once per job). */
+  private outputThere(j: IJob): Promise<boolean> {
+    const key = `${j.id}:${j.state}`;
+    let known = this._exists.get(key);
+    if (!known) {
+      known = fileExists(j.output_path as string).catch(() => false);
+      this._exists.set(key, known);
+    }
+    return known;
+  }
+
   private openLog(j: IJob): void {
     this.closeLog();
-    this._logJob = j.id;
-    const pre = h('pre', 'jp-gpushare-log jp-gpushare-log-tail');
-    pre.textContent = '';
-    this._logNode = pre;
-    // server-sent events: the server pushes new log text and state changes as they come
-    // EventSource cannot send headers: the XSRF token (required for cookie-authenticated API
-    // calls behind JupyterHub) goes in the query, as jupyter_server accepts it
-    const xsrf = xsrfCookie();
-    const q = `follow=1${xsrf ? `&_xsrf=${encodeURIComponent(xsrf)}` : ''}`;
-    const src = new EventSource(apiUrl(`jobs/${encodeURIComponent(j.id)}/log?${q}`), {
-      withCredentials: true
+    this._log = new JobLog(j.id, {
+      state: () => void this.ctx.watcher.refresh(),
+      end: () => void this.ctx.watcher.refresh()
     });
-    this._source = src;
-    const append = (text: string) => {
-      pre.textContent = (pre.textContent + stripAnsi(text)).slice(-TAIL_CHARS);
-      pre.scrollTop = pre.scrollHeight;
-    };
-    src.addEventListener('log', ev => {
-      try {
-        append(JSON.parse((ev as MessageEvent).data).text || '');
-      } catch {
-        append((ev as MessageEvent).data);
-      }
-    });
-    src.addEventListener('state', () => void this.ctx.watcher.refresh());
-    src.addEventListener('end', () => {
-      src.close();
-      void this.ctx.watcher.refresh();
-    });
-    src.onerror = () => {
-      if (src.readyState === EventSource.CLOSED) {
-        append('\n[log stream closed]\n');
-      }
-    };
     this.render(this.ctx.watcher.jobs);
   }
 
   private closeLog(): void {
-    this._source?.close();
-    this._source = null;
-    this._logJob = null;
-    this._logNode = null;
+    this._log?.close();
+    this._log = null;
     this.render(this.ctx.watcher.jobs);
   }
 
   private _visible = false;
   private _timer = 0;
+  private _query: IJobQuery = { ...DEFAULT_QUERY };
   private _rows = new Map<string, HTMLElement>();
   private _list = h('div', 'jp-gpushare-job-list');
   private _empty = h('p', 'jp-gpushare-muted');
-  private _logJob: string | null = null;
-  private _logNode: HTMLElement | null = null;
-  private _source: EventSource | null = null;
-}
-
-/** The `_xsrf` cookie as the server reads it (the last of duplicates, like ServerConnection). */
-export function xsrfCookie(): string | undefined {
-  let found: string | undefined;
-  for (const part of document.cookie.split(';')) {
-    const [k, ...v] = part.trim().split('=');
-    if (k === '_xsrf') {
-      found = v.join('=');
-    }
-  }
-  return found;
+  private _log: JobLog | null = null;
+  private _exists = new Map<string, Promise<boolean>>();
 }
 
 function errorBox(j: IJob): HTMLElement {
@@ -211,14 +324,20 @@ function errorBox(j: IJob): HTMLElement {
   box.append(h('strong', '', errorSummary(j)));
   if (e.source) {
     box.append(
-      h('div', 'jp-gpushare-help', e.cell_index !== null && e.cell_index !== undefined ? `In cell ${e.cell_index + 1}:` : 'In the cell:'),
+      h(
+        'div',
+        'jp-gpushare-help',
+        e.cell_index !== null && e.cell_index !== undefined
+          ? trans().__('In cell %1:', e.cell_index + 1)
+          : trans().__('In the cell:')
+      ),
       h('pre', 'jp-gpushare-job-cell', stripAnsi(e.source))
     );
   }
   const tb = Array.isArray(e.traceback) ? e.traceback.join('\n') : e.traceback || '';
   if (tb) {
     const det = h('details');
-    det.append(h('summary', '', 'Traceback'), h('pre', 'jp-gpushare-log', stripAnsi(tb)));
+    det.append(h('summary', '', trans().__('Traceback')), h('pre', 'jp-gpushare-log', stripAnsi(tb)));
     box.append(det);
   }
   return box;

@@ -13,7 +13,7 @@ const POLL_MS = 5000;
 const MAX_AT_ONCE = 5;
 
 export class JobWatcher {
-  constructor(private readonly openOutput: (path: string) => void, private readonly showJobs: () => void) {
+  constructor(private readonly openOutput: (job: IJob) => void, private readonly showJobs: () => void) {
     document.addEventListener('visibilitychange', () => {
       if (!document.hidden) {
         this.schedule(0);
@@ -93,9 +93,10 @@ export class JobWatcher {
 
   private notify(j: IJob): void {
     const actions: Notification.IAction[] = [];
-    if (j.output_path && (j.state === 'succeeded' || j.state === 'failed')) {
-      const out = j.output_path;
-      actions.push({ label: 'Open output', callback: () => this.openOutput(out), displayType: 'accent' });
+    if (j.output_path && TERMINAL.has(j.state)) {
+      // a failed or cancelled run may have written nothing: the action then says why
+      const label = j.state === 'succeeded' ? 'Open output' : 'Open output (if any)';
+      actions.push({ label, callback: () => this.openOutput(j), displayType: 'accent' });
     }
     actions.push({ label: 'Show jobs', callback: () => this.showJobs() });
     const text = `Batch job ${j.name} ${j.state}`;

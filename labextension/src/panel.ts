@@ -13,16 +13,24 @@ import {
   requestAPI
 } from './api';
 import { IPoint, LineChart } from './charts';
-import { countdown, gib, pct } from './format';
+import { countdown, gib, memoryScope, pct } from './format';
+import { HostMetrics, IHostUse } from './host';
+import { trans } from './i18n';
 import { IActiveNotice, NoticeBoard } from './notices';
+import { Settings } from './settings';
+import { hostMemory } from './statusbar';
 import { MetricsStream } from './stream';
+import { localFull, localTime } from './when';
 
 const WINDOW_MS = 5 * 60 * 1000;
-const SLOW_REFRESH_MS = 30000;
+/** The grant and the team change slowly: re-read every this many refresh intervals. */
+const SLOW_REFRESH_INTERVALS = 6;
 
 export interface IPanelContext {
   stream: MetricsStream;
   notices: NoticeBoard;
+  settings?: Settings;
+  host?: HostMetrics;
   switchHardware?: () => void;
 }
 
@@ -67,9 +75,13 @@ export class GPUPanelContent {
       this._charts,
       this._hints,
       this._kernels,
+      this._hostBox,
       this._grant,
       this._team
     );
+    this._hostBox.hidden = true;
+    ctx.host?.changed.connect((_, hu) => this.renderHost(hu), this);
+    this.renderHost(ctx.host?.latest ?? null);
     this._preempt.className = 'jp-gpushare-preempt';
     this._preempt.hidden = true;
     ctx.stream.sample.connect(this.onSample, this);
@@ -86,7 +98,7 @@ export class GPUPanelContent {
         if (this._visible && !document.hidden) {
           void this.refreshSlow();
         }
-      }, SLOW_REFRESH_MS);
+      }, (this.ctx.settings?.refreshMs ?? 5000) * SLOW_REFRESH_INTERVALS);
     }
   }
 
@@ -117,7 +129,8 @@ export class GPUPanelContent {
     this._limits = hist.limits;
     const latest = this.ctx.stream.latest;
     const nGpu = latest?.gpus.length || hist.samples[hist.samples.length - 1]?.gpus.length || 1;
-    this._mem.setData(mem, this.memLimit(nGpu));
+    const scope = latest ? memoryScope(latest) : null;
+    this._mem.setData(mem, scope ? scope.of_mib / 1024 : this.memLimit(nGpu));
     this._cpu.setData(cpu, hist.limits.compute_pct);
     if (latest) {
       this.onSample(this.ctx.stream, latest);
@@ -151,8 +164,18 @@ export class GPUPanelContent {
     }
     this._message.hidden = !this._message.textContent;
     if (!noGrant && !noGpu) {
-      this._mem.push({ t: s.ts * 1000, v: ownMemory(s.gpus) }, this.memLimit(s.gpus.length));
-      this._cpu.push({ t: s.ts * 1000, v: ownCompute(s.gpus) }, s.limits.compute_pct);
+      const scope = memoryScope(s);
+      const card = scope.kind === 'card';
+      const t = trans();
+      this._mem.setTitle(scope.label, scope.ofLabel);
+      this._cpu.setTitle(
+        card ? t.__('Whole GPU compute, other users included') : t.__("Compute of this server's kernels"),
+        t.__('share')
+      );
+      this._charts.dataset.scope = scope.kind;
+      this._mem.push({ t: s.ts * 1000, v: scope.used_mib / 1024 }, scope.of_mib / 1024);
+      // your share is not a line to read the whole card's compute against
+      this._cpu.push({ t: s.ts * 1000, v: ownCompute(s.gpus) }, card ? null : s.limits.compute_pct);
     }
     this.renderKernels(s);
     this.renderHints(s);
@@ -160,7 +183,20 @@ export class GPUPanelContent {
 
   private renderKernels(s: ISample): void {
     const ks = s.attribution?.kernels || [];
-    this._kernels.replaceChildren(h('h3', '', 'Per notebook'));
+    this._kernels.replaceChildren(h('h3', '', trans().__('Per notebook')));
+    if (s.attribution?.mode === 'device_totals') {
+      this._kernels.append(
+        h(
+          'p',
+          'jp-gpushare-muted',
+          trans().__(
+            "Per-notebook GPU use is not measurable here: no process of this server is visible on the GPU (%1). The charts above show the whole GPU, other users included.",
+            s.attribution.note || trans().__('their PIDs are hidden or gone')
+          )
+        )
+      );
+      return;
+    }
     if (!ks.length) {
       this._kernels.append(h('p', 'jp-gpushare-muted', 'No kernel of this server uses the GPU.'));
       return;
@@ -253,10 +289,14 @@ export class GPUPanelContent {
       items.push(['Max lifetime', 'none: the server is not stopped for its age']);
     }
     if (typeof bg.granted_at === 'string') {
-      items.push(['Granted at', new Date(bg.granted_at).toLocaleString()]);
+      items.push(['Granted at', localTime(bg.granted_at, true)]);
     }
     for (const [k, v] of items) {
-      dl.append(h('dt', '', k), h('dd', '', v));
+      const dd = h('dd', '', v);
+      if (k === 'Granted at' && typeof bg.granted_at === 'string') {
+        dd.title = localFull(bg.granted_at);
+      }
+      dl.append(h('dt', '', k), dd);
     }
     this._grant.append(dl);
     this.appendSwitch();
@@ -276,29 +316,64 @@ export class GPUPanelContent {
   }
 
   private renderTeam(a: ITeamAnswer): void {
-    this._team.replaceChildren(h('h3', '', a.team ? `Team ${a.team}` : 'Team'));
+    const t = trans();
+    this._team.replaceChildren(h('h3', '', a.team ? t.__('Team %1', a.team) : t.__('Team')));
     if (!a.usage) {
-      this._team.append(h('p', 'jp-gpushare-muted', a.error || 'No team usage available.'));
+      this._team.append(h('p', 'jp-gpushare-muted', a.error || t.__('No team usage available.')));
       return;
     }
-    const t = h('table', 'jp-gpushare-table');
-    t.append(row(['Pool', 'In use / guaranteed', 'Borrowed', `GPU-hours ${a.usage.month}`], 'th'));
+    // three columns that fit the panel: the GPU-hours column is never cut off
+    const table = h('table', 'jp-gpushare-table jp-gpushare-team-table');
+    table.append(
+      row([t.__('Pool'), t.__('GPUs in use of guaranteed'), t.__('GPU-hours %1', a.usage.month)], 'th')
+    );
     for (const [pool, p] of Object.entries(a.usage.pools)) {
       const budget = p.gpu_hours_budget;
+      const inUse =
+        t.__('%1 of %2', num(p.in_use), num(p.guaranteed)) +
+        (p.borrowed ? t.__(' (%1 borrowed)', num(p.borrowed)) : '') +
+        (p.borrow_limit ? t.__('; may borrow %1', num(p.borrow_limit)) : '');
       const tr = row([
         pool,
-        `${p.in_use} / ${p.guaranteed} (+${p.borrow_limit} borrowable)`,
-        String(p.borrowed),
-        budget ? `${p.gpu_hours_month.toFixed(1)} of ${budget}` : p.gpu_hours_month.toFixed(1)
+        inUse,
+        budget ? t.__('%1 of %2', p.gpu_hours_month.toFixed(1), num(budget)) : p.gpu_hours_month.toFixed(1)
       ]);
       if (budget && p.gpu_hours_month > 0.9 * budget) {
         tr.dataset.level = 'high';
       } else if (p.in_use > p.guaranteed) {
         tr.dataset.level = 'warn';
       }
-      t.append(tr);
+      table.append(tr);
     }
-    this._team.append(t);
+    this._team.append(table);
+  }
+
+  private renderHost(hu: IHostUse | null): void {
+    const t = trans();
+    this._hostBox.hidden = !hu || (hu.rss_mib === null && hu.cpu_pct === null);
+    if (!hu) {
+      return;
+    }
+    const dl = h('dl', 'jp-gpushare-dl');
+    const items: [string, string][] = [
+      [t.__('CPU'), hu.cpu_pct === null ? t.__('not measured') : t.__('%1 (100 % = one core)', pct(hu.cpu_pct))],
+      [
+        t.__('Memory'),
+        hu.rss_mib === null
+          ? t.__('not measured')
+          : hu.memory_limit_mib
+            ? t.__('%1 of %2', hostMemory(hu.rss_mib), hostMemory(hu.memory_limit_mib))
+            : hostMemory(hu.rss_mib)
+      ],
+      [
+        t.__('Source'),
+        hu.source === 'jupyter-resource-usage' ? t.__('jupyter-resource-usage') : t.__('gpushare (psutil)')
+      ]
+    ];
+    for (const [k, v] of items) {
+      dl.append(h('dt', '', k), h('dd', '', v));
+    }
+    this._hostBox.replaceChildren(h('h3', '', t.__("Host CPU and memory of this server's processes")), dl);
   }
 
   private onNotice(_: NoticeBoard, n: IActiveNotice | null): void {
@@ -313,7 +388,7 @@ export class GPUPanelContent {
       h(
         'p',
         '',
-        `This server will be stopped at ${new Date(n.deadline).toLocaleTimeString()}` +
+        `This server will be stopped at ${localTime(n.deadline, true)}` +
           `${n.notice.reason ? ` (${n.notice.reason})` : ''}. Save and checkpoint now; your files ` +
           'are kept. Submit the notebook as a batch job to let it queue and resume.'
       )
@@ -332,8 +407,14 @@ export class GPUPanelContent {
   private _kernels = h('div', 'jp-gpushare-section');
   private _grant = h('div', 'jp-gpushare-section');
   private _team = h('div', 'jp-gpushare-section');
-  private _mem = new LineChart({ title: 'Your GPU memory', unit: 'GiB', windowMs: WINDOW_MS, limitLabel: 'limit' });
-  private _cpu = new LineChart({ title: 'Your compute', unit: '%', windowMs: WINDOW_MS, limitLabel: 'share' });
+  private _hostBox = h('div', 'jp-gpushare-section jp-gpushare-host');
+  private _mem = new LineChart({ title: "Your GPU memory (this server's kernels)", unit: 'GiB', windowMs: WINDOW_MS, limitLabel: 'limit' });
+  private _cpu = new LineChart({ title: "Compute of this server's kernels", unit: '%', windowMs: WINDOW_MS, limitLabel: 'share' });
+}
+
+/** 0.25, 1.5, 2: GPU units without trailing zeros. */
+function num(v: number): string {
+  return String(Number(v.toFixed(3)));
 }
 
 function row(cells: string[], tag = 'td'): HTMLElement {
@@ -355,11 +436,7 @@ export function lifetime(seconds: number): string {
   return `${Number((seconds / 86400).toFixed(1))} d`;
 }
 
-/** "18:40" today, or "Wed 18:40" on another day (local time). */
+/** Local time with the zone: "18:40 CET" today, "Wed 3 Dec 18:40 CET" another day. */
 function stopsAt(ms: number): string {
-  const d = new Date(ms);
-  const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hour12: false });
-  return d.toDateString() === new Date().toDateString()
-    ? time
-    : `${d.toLocaleDateString([], { weekday: 'short', day: 'numeric', month: 'short' })} ${time}`;
+  return localTime(ms, true);
 }

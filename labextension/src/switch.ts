@@ -9,12 +9,13 @@ import { PageConfig, URLExt } from '@jupyterlab/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { requestAPI } from './api';
+import { trans } from './i18n';
 
 interface ISwitchProfile {
   slug: string;
   display_name: string;
   pool: string;
-  gpu: { describe: string };
+  gpu: { describe: string; count?: number; fraction?: number };
   availability: Record<
     string,
     {
@@ -50,6 +51,10 @@ function h(tag: string, text = '', cls = ''): HTMLElement {
 }
 
 function outlook(p: ISwitchProfile): { ok: boolean; text: string } {
+  if (!p.gpu.count && !p.gpu.fraction) {
+    // no GPU: no team quota to count it against, so no team availability to show
+    return { ok: true, text: trans().__('no GPU: starts now, outside every GPU quota') };
+  }
   for (const [team, a] of Object.entries(p.availability)) {
     const d = a.decision;
     if (d) {
