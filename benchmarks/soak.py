@@ -36,6 +36,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--fault-interval", type=float, default=25.0, help="mean seconds between two faults"
     )
+    p.add_argument(
+        "--reclaim-interval",
+        type=float,
+        default=30.0,
+        help="seconds between two rounds of borrowing and reclaiming training GPUs",
+    )
     p.add_argument("--hold-min", type=float, default=15.0, help="shortest server session (s)")
     p.add_argument("--hold-max", type=float, default=45.0, help="longest server session (s)")
     p.add_argument("--tmp", default=None, help="folder for the stack (default: a new one)")

@@ -304,7 +304,8 @@ def server_with_two_grants(h: History) -> None:
 
 
 def preempted_before_its_grace(h: History) -> None:
-    h.rows["grants"][2]["preempt_deadline"] = T0 + 303
+    g1 = h.rows["grants"][0]  # alice's server grant, released at T0 + 500
+    g1.update(end_kind="preempted", preempt_deadline=T0 + 503)  # 3 s of its 5 s grace left
 
 
 def preempted_without_notice(h: History) -> None:
@@ -360,6 +361,34 @@ def test_each_planted_violation_is_reported_once(plant: Callable[[History], None
     text = render(h, out)
     assert text.splitlines()[-1] == "violations: 1"
     assert "VIOLATION " + out.violations[0].check in text
+
+
+def test_a_holder_letting_go_during_its_grace_is_no_violation() -> None:
+    h = clean()
+    preempted_before_its_grace(h)
+    h.record(
+        "call",
+        t=T0 + 499.9,
+        client="spawner",
+        what="release",
+        method="DELETE",
+        path="grants",
+        status=200,
+        released="g1",
+    )
+    assert audit(h).violations == []
+    h = clean()
+    preempted_before_its_grace(h)
+    h.record(
+        "call",
+        t=T0 + 499,
+        client="alice",
+        what="stop",
+        method="DELETE",
+        path="hub/api/users/alice/server",
+        status=202,
+    )
+    assert audit(h).violations == []
 
 
 def test_a_violation_found_in_a_saved_history_is_found_again_by_replay(tmp_path: Path) -> None:

@@ -305,10 +305,7 @@ def check_preemption_notice(h: History) -> tuple[int, list[Violation]]:
             continue
         announced = float(deadline) - float(g["grace_period_s"])
         released = _end(g, h.ended)
-        by_holder = (
-            "holder" in str(g.get("release_reason") or "").lower()
-            or "released by" in str(g.get("release_reason") or "").lower()
-        )
+        by_holder = _holder_let_go(h, g, announced, released, tol)
         if released + tol < announced:
             found.append(
                 Violation(
@@ -330,6 +327,31 @@ def check_preemption_notice(h: History) -> tuple[int, list[Violation]]:
                 )
             )
     return checked, found
+
+
+def _holder_let_go(
+    h: History, g: dict[str, Any], announced: float, released: float, tol: float
+) -> bool:
+    """Whether the holder itself let go during the grace period (the broker then records the
+    end as the preemption): a job is told at the announcement and may stop early; a client
+    released the grant; or the user stopped the server the grant was for."""
+    if g["kind"] == "batch":
+        return True
+    stop_path = f"/users/{g['username']}/server"
+    for e in h.events:
+        if e["kind"] != "call" or float(e["t"]) > released + tol:
+            continue
+        if e.get("released") == g["id"]:
+            return True
+        if (
+            e.get("what") == "stop"
+            and g["server"] == ""
+            and e.get("client") == g["username"]
+            and str(e.get("path", "")).endswith(stop_path)
+            and float(e["t"]) >= announced - tol
+        ):
+            return True
+    return False
 
 
 def recompute_gpu_hours(h: History, start: float, end: float) -> dict[str, float]:

@@ -73,8 +73,12 @@ class Faults:
             )
 
     def any_at(self, t: float) -> bool:
+        return self.kind_at(t) is not None
+
+    def kind_at(self, t: float) -> str | None:
+        """The part a fault window open at ``t`` hit (broker, hub, server, policy, db)."""
         with self.lock:
-            return any(start <= t <= end for start, end, _, _ in self.windows)
+            return next((kind for start, end, kind, _ in self.windows if start <= t <= end), None)
 
 
 class User(threading.Thread):
@@ -162,7 +166,7 @@ class User(threading.Thread):
         )
         if ready:
             end = time.time() + self.rng.uniform(*self.hold_s)
-            if profile != "debug-eighth" and self.rng.random() < 0.5:
+            if profile != "debug-eighth" and self.rng.random() < 0.7:
                 self.submit_job()
             while time.time() < end and not self.stopping.is_set():
                 time.sleep(0.5)
@@ -269,6 +273,7 @@ class Prober(threading.Thread):
                 ms=round(ms, 2),
                 status=status,
                 in_fault=self.faults.any_at(t0) or self.faults.any_at(t0 + ms / 1000),
+                fault=self.faults.kind_at(t0) or self.faults.kind_at(t0 + ms / 1000),
             )
             self.h.record(
                 "call",

@@ -24,10 +24,11 @@ from .audit import audit
 from .drivers import Faults, Prober, Snapshotter, User, http
 from .faults import Injector, schedule, summary_of
 from .history import History
+from .reclaim import Reclaimer
 from .report import ledger_hours, report_hours
 from .stack import Stack, policy_facts, start
 from .summary import render
-from .world import POLICY, PROBE, users
+from .world import OWNERS, POLICY, PROBE, users
 
 RECONCILE_S = 5.0
 SNAPSHOT_S = 2.0
@@ -87,6 +88,9 @@ def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: Histor
         for name, team in people.items()
     ]
     drivers += [Prober(stack, h, faults, PROBE[0], stop), Snapshotter(stack, h, stop, SNAPSHOT_S)]
+    borrowers = [u for u, team in people.items() if team not in OWNERS][:2]
+    owner = next(u for u, team in people.items() if team == OWNERS[0])
+    drivers.append(Reclaimer(stack, h, faults, borrowers, owner, stop, args.reclaim_interval))
     injector = Injector(stack, h, faults, plan, random.Random(seed), stop)
     h.started = time.time()
     for d in [*drivers, injector]:

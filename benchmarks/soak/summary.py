@@ -31,7 +31,7 @@ def around(h: History, v: Violation) -> list[str]:
             {k: x for k, x in e.items() if k not in ("t", "kind", "servers")}, default=str
         )[:200]
         for e in h.events
-        if abs(float(e["t"]) - v.t) <= AROUND_S and e["kind"] != "hub_snapshot"
+        if abs(float(e["t"]) - v.t) <= AROUND_S and _telling(e)
     ][:20]
     for table in ("grants", "requests", "jobs"):
         for row in h.rows.get(table, []):
@@ -79,6 +79,26 @@ def render(h: History, out: Outcome) -> str:
         f"({len(during)} probes), p99 {percentile(calm, 99):.1f} ms outside "
         f"({len(calm)} probes)"
     )
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for e in adm:
+        if e.get("fault"):
+            by_kind[e["fault"]].append(float(e["ms"]))
+    for kind, values in sorted(by_kind.items()):
+        lines.append(
+            f"  admission p99 during {kind} faults: {percentile(values, 99):.1f} ms "
+            f"({len(values)} probes)"
+        )
+    rounds = [e for e in h.events if e["kind"] == "reclaim"]
+    if rounds:
+        waited = [float(e["owner_waited_s"]) for e in rounds if e.get("admitted")]
+        lines.append(
+            f"reclaims: {len(rounds)} rounds, the owner admitted in {len(waited)}"
+            + (
+                f" (median {statistics.median(waited):.2f} s, max {max(waited):.2f} s)"
+                if waited
+                else ""
+            )
+        )
     hours = recompute_gpu_hours(h, h.started, h.ended)
     total = sum(hours.values())
     lines.append(

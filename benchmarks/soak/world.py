@@ -68,7 +68,7 @@ SERVER_PROFILES = (
     ("half", 2),
     ("debug-eighth", 3),
     ("cpu-only", 2),
-    ("train-1", 1),
+    ("train-1", 2),
 )
 
 
