@@ -22,7 +22,11 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
   the same nodes. Within a node the GPU that adds the least
   fragmentation wins, then the tightest one;
 * fractions with explicit memory or compute (not proportional to the fraction) are
-  placed by plain best fit, which checks them exactly.
+  placed by plain best fit, which checks them exactly;
+* the target weighs each learned shape by its scarcity in the pool (the pool's GPUs over
+  those of the node kinds that could host it, :mod:`.scarcity`), so a common request
+  leaves a rare model, or the few nodes with CPU for an 8-GPU pod, to the shapes that
+  need them.
 
 * CPU-only requests find the first node with every GPU taken and room in a segment
   tree of free CPU and RAM (:class:`.roomtree.RoomTree`) instead of a pass over those nodes;
