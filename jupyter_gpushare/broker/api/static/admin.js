@@ -6,10 +6,11 @@
     (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
   const palette = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948",
                    "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+  // each team its own colour, in the policy's order (a hash could give two teams one colour)
+  let teamOrder = new Map();
   const colour = (team) => {
-    let h = 0;
-    for (const c of team) h = (h * 31 + c.charCodeAt(0)) >>> 0;
-    return palette[h % palette.length];
+    if (!teamOrder.has(team)) teamOrder.set(team, teamOrder.size);
+    return palette[teamOrder.get(team) % palette.length];
   };
   const gib = (mib) => (mib / 1024).toFixed(mib >= 10240 ? 0 : 1) + " GiB";
   // number text: `d` decimals at most, trailing zeros of the FRACTION dropped (2000 stays
@@ -40,7 +41,35 @@
     const used = gpu.holders.reduce((a, h) => a + h.memory_mib, 0);
     return `<div class="gpu" data-uuid="${esc(gpu.uuid)}"><div>#${gpu.index} ${esc(gpu.model)}` +
       `${gpu.simulated ? " (simulated)" : ""}: ${gib(used)} of ${gib(gpu.memory_mib)}, ` +
-      `${gpu.holders.length} grant(s)</div><div class="bar">${segs}</div></div>`;
+      `${gpu.holders.length} grant(s)</div><div class="bar">${segs}</div>` +
+      holdersHtml(gpu) + "</div>";
+  }
+
+  // who holds a GPU, written out under its bar (not only in the tooltip)
+  function holdersHtml(gpu) {
+    if (!gpu.holders.length) return '<ul class="holders"><li class="free">free</li></ul>';
+    return '<ul class="holders">' + gpu.holders.map((h) => {
+      const tags = [h.borrowed ? "borrowed" : "", h.preempting ? "being preempted" : "",
+                    h.idle_warned ? "idle" : ""].filter(Boolean);
+      return `<li data-grant="${esc(h.grant_id)}"><i class="swatch" style="background-color:` +
+        `${colour(h.team)}"></i><b>${esc(h.user)}</b> ${esc(h.team)} &middot; ` +
+        `${esc(h.server || h.kind)} &middot; ${gib(h.memory_mib)}` +
+        (tags.length ? ` <em>${esc(tags.join(", "))}</em>` : "") + "</li>";
+    }).join("") + "</ul>";
+  }
+
+  // what the colours and marks of the GPU bars mean
+  function legendHtml(teams) {
+    const names = [...new Set(teams.map((t) => t.team))];
+    return '<div class="legend" id="legend">' + names.map((t) =>
+      `<span data-team="${esc(t)}"><i class="swatch" style="background-color:${colour(t)}">` +
+      `</i>${esc(t)}</span>`).join("") +
+      '<span><i class="swatch seg borrowed" style="background-color:#888"></i>borrowed ' +
+      "(above the team's guarantee; may be preempted)</span>" +
+      '<span><i class="swatch seg preempting" style="background-color:#888"></i>being ' +
+      "preempted</span>" +
+      '<span><i class="swatch seg idle" style="background-color:#888"></i>warned: idle</span>' +
+      '<span><i class="swatch" style="background-color:#eee"></i>free</span></div>';
   }
 
   function nodesHtml(nodes) {
@@ -75,7 +104,24 @@
       }));
   }
 
+  // the queue: what waits (the job's name, else the server), and a Cancel per request
+  function queueHtml(queue) {
+    return table("queue", ["position", "user", "team", "pool", "job / server", "GPUs",
+                           "priority", "status", "reason", "since", ""],
+      queue.map((q) => `<tr data-request="${esc(q.request_id)}"><td class="num">` +
+        `${q.position == null ? "" : q.position}</td><td>${esc(q.user)}</td><td>${esc(q.team)}` +
+        `</td><td>${esc(q.pool)}</td><td class="holder">${esc(q.job_name || q.server || "")}` +
+        `${q.kind === "batch" ? ' <span class="kind">job</span>' : ""}</td>` +
+        `<td class="num">${n(q.units, 3)}</td>` +
+        `<td>${esc(q.priority)}</td><td>${esc(q.status)}</td><td>${esc(q.reason)}</td>` +
+        `<td>${esc(q.created_at)}</td><td><button data-cancel="${esc(q.request_id)}" ` +
+        `data-user="${esc(q.user)}" data-what="${esc(q.job_name || q.server || "")}">Cancel` +
+        "</button></td></tr>"));
+  }
+
   function render(d) {
+    teamOrder = new Map(d.teams.map((t) => t.team).filter((t, i, a) => a.indexOf(t) === i)
+      .map((t, i) => [t, i]));
     const busy = d.nodes.reduce((a, nd) => a + nd.gpus.filter((g) => g.holders.length).length, 0);
     const total = d.nodes.reduce((a, nd) => a + nd.gpus.length, 0);
     root.innerHTML =
@@ -91,14 +137,8 @@
         d.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td>${esc(p.mode)}</td>` +
           `<td class="num">${n(p.capacity, 3)}</td><td class="num">${n(p.in_use, 3)}</td></tr>`)) +
       "<h2>Teams: use against guarantee, borrow limit and budget</h2>" + teamsHtml(d.teams) +
-      `<h2>Queue (${d.queue.length})</h2>` + table("queue",
-        ["position", "user", "team", "pool", "GPUs", "priority", "status", "reason", "since"],
-        d.queue.map((q) => `<tr data-request="${esc(q.request_id)}"><td class="num">` +
-          `${q.position == null ? "" : q.position}</td><td>${esc(q.user)}</td><td>${esc(q.team)}` +
-          `</td><td>${esc(q.pool)}</td><td class="num">${n(q.units, 3)}</td>` +
-          `<td>${esc(q.priority)}</td><td>${esc(q.status)}</td><td>${esc(q.reason)}</td>` +
-          `<td>${esc(q.created_at)}</td></tr>`)) +
-      `<h2>GPUs (${total})</h2><div id="nodes">${nodesHtml(d.nodes)}</div>` +
+      `<h2>Queue (${d.queue.length})</h2>` + queueHtml(d.queue) +
+      `<h2>GPUs (${total})</h2>${legendHtml(d.teams)}<div id="nodes">${nodesHtml(d.nodes)}</div>` +
       "<h2>Recent preemptions</h2>" + table("preemptions",
         ["at", "user", "team", "pool", "node", "borrowed", "for team", "reason"],
         d.preemptions.map((p) => `<tr><td>${esc(p.at)}</td><td>${esc(p.user)}</td>` +
@@ -135,9 +175,51 @@
     setTimeout(poll, pollMs);
   }
 
+  // a confirmation in the page (a <dialog>): resolves true when the admin confirms
+  function confirmAction(text, okLabel) {
+    let dlg = document.getElementById("gpushare-confirm");
+    if (!dlg) {
+      dlg = document.createElement("dialog");
+      dlg.id = "gpushare-confirm";
+      dlg.innerHTML = '<p class="text"></p><form method="dialog"><button value="no" ' +
+        'id="confirm-no">Keep as is</button> <button value="yes" id="confirm-yes"></button>' +
+        "</form>";
+      document.body.appendChild(dlg);
+    }
+    dlg.querySelector(".text").textContent = text;
+    dlg.querySelector("#confirm-yes").textContent = okLabel;
+    dlg.returnValue = "";
+    return new Promise((resolve) => {
+      dlg.addEventListener("close", () => resolve(dlg.returnValue === "yes"), {once: true});
+      dlg.showModal();
+    });
+  }
+
   root.addEventListener("click", async (ev) => {
+    const c = ev.target.closest("button[data-cancel]");
+    if (c) {
+      const ok = await confirmAction(`Cancel ${c.dataset.user}'s waiting request` +
+        `${c.dataset.what ? " for " + c.dataset.what : ""}? It leaves the queue and ` +
+        `${c.dataset.user} is told it was cancelled.`, "Cancel the request");
+      if (!ok) return;
+      c.disabled = true;
+      try {
+        await gpushare.api("POST", `/admin/requests/${encodeURIComponent(c.dataset.cancel)}/cancel`);
+        last = "";
+      } catch (e) {
+        alert(`cancel: ${e.status} ${e.message}`);
+        c.disabled = false;
+      }
+      return;
+    }
     const b = ev.target.closest("button[data-action]");
     if (!b) return;
+    if (b.dataset.action === "drain") {
+      const ok = await confirmAction(`Drain ${b.dataset.node}? No new grant is placed on it; ` +
+        "the grants it holds keep running until released. Resume undoes it.",
+        `Drain ${b.dataset.node}`);
+      if (!ok) return;
+    }
     b.disabled = true;
     try {
       await gpushare.api("POST", `/admin/nodes/${encodeURIComponent(b.dataset.node)}/` +
