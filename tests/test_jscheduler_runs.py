@@ -119,6 +119,14 @@ async def test_each_scheduled_run_is_admitted_on_its_own(tmp_path: Path, broker:
     assert len(listed["jobs"]) == 2
 
 
+def test_the_records_commit_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    scheduler = make_scheduler(tmp_path)
+    with scheduler.db_session() as session:
+        mode = session.connection().exec_driver_sql("PRAGMA journal_mode").scalar()
+        sync = session.connection().exec_driver_sql("PRAGMA synchronous").scalar()
+    assert (mode, sync) == ("wal", 1)  # 1 = NORMAL
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [
