@@ -71,7 +71,11 @@ def _pods(args: argparse.Namespace) -> tuple[list[sim.NodeSpec], list[sim.PodSpe
 
 
 def replay(
-    nodes: Sequence[sim.NodeSpec], pods: Sequence[sim.PodSpec], seed: int, collect: bool
+    nodes: Sequence[sim.NodeSpec],
+    pods: Sequence[sim.PodSpec],
+    seed: int,
+    collect: bool,
+    freeze: bool = False,
 ) -> tuple[list[int], GCWatch, float]:
     """One replay: (tracked objects left per decision, collections inside, seconds)."""
     frag = sim.FragMeasure([])
@@ -79,6 +83,8 @@ def replay(
     watch = GCWatch()
     left: list[int] = []
     gc.collect()
+    if freeze:  # what was loaded before the replay is never scanned again (as the broker does)
+        gc.freeze()
     if collect:
         gc.enable()
         gc.callbacks.append(watch)
@@ -99,6 +105,7 @@ def replay(
         if collect:
             gc.callbacks.remove(watch)
         gc.enable()
+        gc.unfreeze()
     return left, watch, time.perf_counter() - t0
 
 
@@ -110,12 +117,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--scale", type=int, default=1)
     p.add_argument("--synthetic", default="", choices=["", *SYNTHETIC])
     p.add_argument("--synthetic-seed", type=int, default=7)
+    p.add_argument(
+        "--freeze",
+        action="store_true",
+        help="gc.freeze() the trace and the empty cluster before the replay (the broker "
+        "freezes its state at start)",
+    )
     args = p.parse_args(argv)
     nodes, pods = _pods(args)
     left, _, _ = replay(nodes, pods, args.seed, collect=False)
-    _, watch, seconds = replay(nodes, pods, args.seed, collect=True)
+    _, watch, seconds = replay(nodes, pods, args.seed, collect=True, freeze=args.freeze)
     n = len(left)
-    print(f"{n} decisions, {len(nodes)} nodes, scale {args.scale}, seed {args.seed}")
+    print(
+        f"{n} decisions, {len(nodes)} nodes, scale {args.scale}, seed {args.seed}"
+        + (", loaded objects frozen" if args.freeze else "")
+    )
     print(
         "tracked objects left per decision (collector off): "
         f"mean {statistics.fmean(left):.1f}, p50 {packing.percentile(left, 50)}, "
