@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, Request
 from .packrows import NodeView, Row, RowTable, head_row
-from .scarcity import HostKind, Scarcity
+from .scarcity import scarcity_of
 from .state import GPUState, NodeState
 
 GRADIENT_STEP = 120.0
@@ -112,7 +112,7 @@ class PoolIndex:
 
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
-        self.scarcity = _scarcity_of(nodes)
+        self.scarcity = scarcity_of(nodes)
         self.table = FragTable(self._target())
         self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
@@ -508,15 +508,6 @@ class PoolIndex:
                 if prune:
                     cut = rank
         return [best] if best is not None else []
-
-
-def _scarcity_of(nodes: list[NodeState]) -> Scarcity:
-    """The pool's node kinds as hosts (models, GPU count, CPU) with their GPUs counted."""
-    gpus: dict[HostKind, int] = {}
-    for ns in nodes:
-        kind = HostKind(ns.node.gpu_models, len(ns.gpus), ns.node.cpu_milli)
-        gpus[kind] = gpus.get(kind, 0) + len(ns.gpus)
-    return Scarcity(gpus.items())
 
 
 SCARCITY = True

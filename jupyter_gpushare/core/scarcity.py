@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .fragmentation import POPULARITY, Shape
+from .state import NodeState
 
 SCARCITY_CAP = 32.0
 """The most a shape's weight is multiplied by for being hostable on few of the pool's GPUs."""
@@ -81,3 +82,12 @@ class Scarcity:
             chosen.append((shape, weight))
             cum += weight
         return [(shape, weight / cum) for shape, weight in chosen]
+
+
+def scarcity_of(nodes: Iterable[NodeState]) -> Scarcity:
+    """A pool's node kinds as hosts (models, GPU count, CPU), with their GPUs counted."""
+    gpus: dict[HostKind, int] = {}
+    for ns in nodes:
+        kind = HostKind(ns.node.gpu_models, len(ns.gpus), ns.node.cpu_milli)
+        gpus[kind] = gpus.get(kind, 0) + len(ns.gpus)
+    return Scarcity(gpus.items())
