@@ -78,7 +78,7 @@ class JobOutcomes(JobSettings):
             reason = (error or {}).get("summary") or (
                 f"its process ended without a result (exit code {status.exit_code})")
             error = error or {"summary": reason}
-        hours = self._release(
+        hours = self.release_grant(
             job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED
         )
         self.store.transition(
@@ -101,11 +101,13 @@ class JobOutcomes(JobSettings):
             self.node_return.drained(node)
             log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
         checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)
-        hours = self._release(job, f"job's node {node} failed", drain=drain and not checkpoints)
+        hours = self.release_grant(
+            job, f"job's node {node} failed", drain=drain and not checkpoints
+        )
         if checkpoints:
             self.store.note(job, f"{why}; node {node} drained", grant_id=None,
                             gpu_hours=job.gpu_hours + hours)
-            self._ask_again(job, job.attempt + 1, f"requeued after node {node} failed "
+            self.ask_again(job, job.attempt + 1, f"requeued after node {node} failed "
                             f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
             return
         self.store.transition(job, JobState.FAILED, why, error=status.error, grant_id=None,
@@ -113,7 +115,7 @@ class JobOutcomes(JobSettings):
         for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
             self.backend.forget(old)
 
-    def _release(self, job: Job, reason: str, *, drain: bool = True) -> float:
+    def release_grant(self, job: Job, reason: str, *, drain: bool = True) -> float:
         """Release the job's grant if it still lives; the GPU-hours of this attempt."""
         now = self.broker.clock()
         grant = self.broker.state.grants.get(job.grant_id or "")
@@ -145,19 +147,19 @@ class JobOutcomes(JobSettings):
 
     def _requeue_or_fail(self, job: Job) -> None:
         if job.grant_id and job.grant_id in self.broker.state.grants:
-            self._release(job, "job preempted", drain=False)
+            self.release_grant(job, "job preempted", drain=False)
             return  # asked again on the next pass, after the preemptor got its grant
         if job.cancel_requested:
             self.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
         elif may_requeue(job.attempt, self.max_attempts):
-            self._ask_again(job, job.attempt + 1, f"requeued after preemption "
+            self.ask_again(job, job.attempt + 1, f"requeued after preemption "
                             f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
         else:
             self.store.transition(
                 job, JobState.FAILED, f"preempted {job.attempt} times (max_attempts)",
             )
 
-    def _ask_again(self, job: Job, attempt: int, reason: str) -> None:
+    def ask_again(self, job: Job, attempt: int, reason: str) -> None:
         """Queue ``job`` again with a new batch request (same spec, same age)."""
         rid = new_id("r")
         spec = dict(job.request_spec, id=rid)

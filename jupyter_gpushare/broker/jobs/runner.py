@@ -30,15 +30,16 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import select
 
 from ...backends.base import JobBackend, RunHandle, RunSpec, RunStatus
-from ...core.jobs import TERMINAL, JobState, Verdict, restart_verdict
+from ...core.jobs import TERMINAL, JobState
 from ...core.model import UNIT, Grant, Kind
 from ...userfiles import human_bytes
 from ..service.preempt import BatchBackend
 from ..store.db import jobs_table
 from .node_return import NodeReturn
 from .outcome import JobOutcomes
+from .recovery import recover
 from .spec import build_run_spec
-from .store import Job, JobStore
+from .store import Job, JobStore, handle_of
 
 if TYPE_CHECKING:
     from ..service.broker import Broker
@@ -117,7 +118,9 @@ class JobManager(JobOutcomes):
                 if now - last_retention >= max(1.0, self.retention_interval_s):
                     last_retention = now
                     # kept, so that stop() waits for a pass its thread is still doing
-                    self._retention_pass = asyncio.ensure_future(self._call(self.retention, now))
+                    self._retention_pass = asyncio.ensure_future(
+                        self.call_backend(self.retention, now)
+                    )
                     await asyncio.shield(self._retention_pass)
             except Exception:
                 log.exception("job loop failed")
@@ -164,12 +167,12 @@ class JobManager(JobOutcomes):
             self.backend.forget(job_id)
         return ids
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
+    async def call_backend(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _batch_grants(self) -> dict[str, Grant]:
+    def batch_grants(self) -> dict[str, Grant]:
         return {
             g.request.id: g for g in self.broker.state.grants.values()
             if g.request.kind is Kind.BATCH
@@ -207,7 +210,7 @@ class JobManager(JobOutcomes):
                 self._requeue_or_fail(job)
             elif job.state is JobState.RUNNING:
                 if job.grant_id not in broker.state.grants:
-                    self._spawn(self._kill_for_lost_grant(job))
+                    self._spawn(self.kill_for_lost_grant(job))
                     continue
                 if job.grant_id in broker.preempt_info and not job.preempt_signalled:
                     reason = broker.preempt_info[job.grant_id][0]
@@ -217,7 +220,7 @@ class JobManager(JobOutcomes):
         if running:
             self._spawn(self._poll(running))
         if self.node_return.due():
-            self._spawn(self.node_return.check(self._call))
+            self._spawn(self.node_return.check(self.call_backend))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -245,37 +248,37 @@ class JobManager(JobOutcomes):
             self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
         elif view is not None and view["status"] == "granted" and view.get("grant_id"):
             # granted and released again before the job started (e.g. reconcile)
-            self._ask_again(job, job.attempt, "its grant was released before it started")
+            self.ask_again(job, job.attempt, "its grant was released before it started")
         else:
-            self._ask_again(job, job.attempt, "its request was lost: asked again")
+            self.ask_again(job, job.attempt, "its request was lost: asked again")
 
     async def _start(self, job: Job) -> None:
         grant = self.broker.state.grants.get(job.grant_id or "")
         if grant is None:
-            self._ask_again(job, job.attempt, "its grant was released before it started")
+            self.ask_again(job, job.attempt, "its grant was released before it started")
             return
         if job.cancel_requested:
-            self._release(job, "job cancelled")
+            self.release_grant(job, "job cancelled")
             self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
                                   grant_id=None)
             return
         self._busy.add(job.id)
         try:
-            spec = await self._call(self._run_spec, job, grant)
-            refused = await self._call(self.backend.refusal, spec)  # may ask the engine
+            spec = await self.call_backend(self._run_spec, job, grant)
+            refused = await self.call_backend(self.backend.refusal, spec)  # may ask the engine
             if refused:
                 self._busy.discard(job.id)
-                self._release(job, f"refused by the {self.backend.name} backend")
+                self.release_grant(job, f"refused by the {self.backend.name} backend")
                 self.store.transition(
                     job, JobState.FAILED, f"refused by the {self.backend.name} backend: {refused}",
                     grant_id=None, error={"summary": refused},
                 )
                 return
-            handle: RunHandle = await self._call(self.backend.submit, spec)
+            handle: RunHandle = await self.call_backend(self.backend.submit, spec)
         except Exception as exc:  # a job that cannot start fails with the reason
             self._busy.discard(job.id)
             log.exception("job %s could not start", job.id)
-            self._release(job, "job could not start")
+            self.release_grant(job, "job could not start")
             self.store.transition(
                 job, JobState.FAILED, f"could not start: {exc}", grant_id=None,
                 error={"summary": f"could not start: {exc}"},
@@ -298,11 +301,11 @@ class JobManager(JobOutcomes):
         return build_run_spec(self, job, grant, real_gpus=self._real_gpus)
 
     async def _signal(self, job: Job, reason: str) -> None:
-        handle = _handle(job)
+        handle = handle_of(job)
         self._busy.add(job.id)
         try:
             if handle is not None:
-                await self._call(self.backend.signal, handle)
+                await self.call_backend(self.backend.signal, handle)
         finally:
             self._busy.discard(job.id)
         self.store.note(job, f"{reason}: SIGTERM sent", preempt_signalled=True)
@@ -311,7 +314,7 @@ class JobManager(JobOutcomes):
         for job in jobs:
             self._busy.add(job.id)
         try:
-            polled = await self._call(self._poll_all, jobs)
+            polled = await self.call_backend(self._poll_all, jobs)
         finally:
             for job in jobs:
                 self._busy.discard(job.id)
@@ -358,7 +361,7 @@ class JobManager(JobOutcomes):
         """Each run's status and, where it runs on, the bound it passed (log, output)."""
         out: list[tuple[RunStatus, str | None]] = []
         for job in jobs:
-            handle = _handle(job)
+            handle = handle_of(job)
             status = self.backend.poll(handle) if handle else RunStatus(alive=False)
             over = self._over_bound(job, handle) if handle and status.alive is not False \
                 else None
@@ -384,13 +387,13 @@ class JobManager(JobOutcomes):
     async def _stop_over_bound(self, job: Job, reason: str) -> None:
         """Kill a run over a size bound; the job fails with ``reason`` when it settles (the
         log is cut to the bound, the oversized notebook removed from the job folder)."""
-        handle = _handle(job)
+        handle = handle_of(job)
         if handle is None or job.handle is None:
             return
         self.store.note(job, reason, handle=dict(job.handle, over_bound=reason))
         self._busy.add(job.id)
         try:
-            await self._call(self._kill_and_trim, handle)
+            await self.call_backend(self._kill_and_trim, handle)
         finally:
             self._busy.discard(job.id)
         self.wake.set()
@@ -405,23 +408,23 @@ class JobManager(JobOutcomes):
                 log.warning("job %s: could not trim its files: %s", handle.job_id, exc)
 
     async def _enforce_limits(self, job: Job, now: float) -> None:
-        handle = _handle(job)
+        handle = handle_of(job)
         if handle is None or job.handle is None:
             return
         began = float(job.handle.get("started_at") or now)
         if (now - began > job.max_runtime_s and not job.handle.get("over_runtime")
                 and not job.handle.get("engine_queued")):
             self.store.update(job, handle=dict(job.handle, over_runtime=True, kill_at=now))
-            await self._call(self.backend.kill, handle)
+            await self.call_backend(self.backend.kill, handle)
             return
         cancel_at = job.handle.get("cancel_at")
         if job.cancel_requested and cancel_at and now >= float(cancel_at) + self.cancel_grace_s:
-            await self._call(self.backend.kill, handle)
+            await self.call_backend(self.backend.kill, handle)
 
-    async def _kill_for_lost_grant(self, job: Job) -> None:
-        handle = _handle(job)
+    async def kill_for_lost_grant(self, job: Job) -> None:
+        handle = handle_of(job)
         if handle is not None:
-            await self._call(self.backend.kill, handle)
+            await self.call_backend(self.backend.kill, handle)
         why = self._release_reason(job.grant_id) or "released"
         self.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
 
@@ -438,17 +441,17 @@ class JobManager(JobOutcomes):
         job = self.job_of_grant(grant)
         if job is None or job.state is not JobState.RUNNING:
             return
-        handle = _handle(job)
+        handle = handle_of(job)
         if not job.preempt_signalled:
             self.store.note(job, f"preemption: {reason}", preempt_signalled=True)
         if handle is None:
             return
         self._busy.add(job.id)
         try:
-            await self._call(self.backend.kill, handle)
+            await self.call_backend(self.backend.kill, handle)
             status = RunStatus(alive=True)
             for _ in range(50):
-                status = await self._call(self.backend.poll, handle)
+                status = await self.call_backend(self.backend.poll, handle)
                 if not status.alive:
                     break
                 await asyncio.sleep(0.1)
@@ -480,7 +483,7 @@ class JobManager(JobOutcomes):
             self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
             return job
         if job.state is JobState.ADMITTED and job.id not in self._busy:
-            self._release(job, "job cancelled")
+            self.release_grant(job, "job cancelled")
             self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
                                   grant_id=None)
             return job
@@ -490,70 +493,18 @@ class JobManager(JobOutcomes):
             cancel_requested=True,
             handle=dict(job.handle or {}, cancel_at=now) if job.handle else job.handle,
         )
-        handle = _handle(job)
+        handle = handle_of(job)
         if handle is not None:
-            await self._call(self.backend.signal, handle)
+            await self.call_backend(self.backend.signal, handle)
         self.wake.set()
         return job
 
     # -- restart ----------------------------------------------------------------------------
 
     async def recover(self) -> list[str]:
-        """After a start of the broker: settle, reattach or requeue every unfinished job."""
-        changes: list[str] = []
-        jobs = self.store.load()
-        grants = self._batch_grants()
-        for job in jobs:
-            if job.state is JobState.QUEUED:
-                continue  # the loop checks its request
-            if job.state not in (JobState.ADMITTED, JobState.RUNNING):
-                continue
-            handle = _handle(job) or RunHandle(self.backend.name, job.id, job.attempt)
-            status: RunStatus = await self._call(self.backend.poll, handle)
-            verdict = restart_verdict(
-                job.state, status.started, status.alive, status.finished, job.checkpoint,
-                job.attempt, self.max_attempts,
-            )
-            live = job.grant_id in self.broker.state.grants or job.request_id in grants
-            changes.append(f"job {job.id} ({job.state.value}): {verdict.value}")
-            if verdict is Verdict.START:
-                continue  # the loop starts it (or asks again if its grant is gone)
-            if job.state is JobState.ADMITTED:
-                # it started before the broker died but was not recorded as running
-                self.store.transition(
-                    job, JobState.RUNNING, "found running after a broker restart",
-                    handle=dict(handle.to_json(), started_at=self.broker.clock()),
-                )
-            if verdict is Verdict.REATTACH:
-                self.store.note(job, "reattached after a broker restart")
-                if not live:
-                    await self._kill_for_lost_grant(job)
-            elif verdict is Verdict.FINISH:
-                self.settle(job, status)
-            elif verdict is Verdict.REQUEUE:
-                self._release(job, "job died while the broker was down", drain=False)
-                self._ask_again(job, job.attempt + 1, "its process ended while the broker was "
-                                "down, without a result: requeued (it checkpoints)")
-            else:
-                hours = self._release(job, "job died while the broker was down")
-                self.store.transition(
-                    job, JobState.FAILED,
-                    "its process ended while the broker was down, without a result",
-                    gpu_hours=job.gpu_hours + hours, grant_id=None,
-                    error={"summary": "the job's process ended while the broker was down"},
-                )
-        for line in changes:
-            log.warning("jobs on start: %s", line)
-        return changes
-
-
-def _handle(job: Job) -> RunHandle | None:
-    if not job.handle:
-        return None
-    try:
-        return RunHandle.from_json(job.handle)
-    except (KeyError, TypeError, ValueError):
-        return None
+        """After a start of the broker: settle, reattach or requeue every unfinished job
+        (:func:`.recovery.recover`)."""
+        return await recover(self)
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, delete, func, select
 
+from ...backends.base import RunHandle
 from ...core.jobs import TERMINAL, JobState, check_transition
 from ..store.db import job_events_table, job_notebooks_table, jobs_table
 from ..store.serial import iso
@@ -291,3 +292,13 @@ def _delete(conn: Any, ids: list[str]) -> None:
         conn.execute(delete(job_events_table).where(job_events_table.c.job_id.in_(part)))
         conn.execute(delete(job_notebooks_table).where(job_notebooks_table.c.job_id.in_(part)))
         conn.execute(delete(jobs_table).where(jobs_table.c.id.in_(part)))
+
+
+def handle_of(job: Job) -> RunHandle | None:
+    """The backend's handle of the job's current run (None before it started)."""
+    if not job.handle:
+        return None
+    try:
+        return RunHandle.from_json(job.handle)
+    except (KeyError, TypeError, ValueError):
+        return None
