@@ -144,11 +144,12 @@ def test_the_project_urls_point_at_one_repository_and_its_docs(wheel: zipfile.Zi
     assert (ROOT / "docs").is_dir()
 
 
-def run_in(venv: Path, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_in(venv: Path, *argv: str, env: dict[str, str], timeout: float = 300
+           ) -> subprocess.CompletedProcess[str]:
     """``argv`` from the venv's bin, in its own home folder (never this checkout, which
     ``python -c`` would put first on ``sys.path``)."""
     return subprocess.run([str(venv / "bin" / argv[0]), *argv[1:]], env=env, cwd=env["HOME"],
-                          capture_output=True, text=True, timeout=300, check=True)
+                          capture_output=True, text=True, timeout=timeout, check=True)
 
 
 def said(done: subprocess.CompletedProcess[str]) -> str:
@@ -171,7 +172,7 @@ def fresh(dists: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
                JUPYTER_DATA_DIR=str(tmp / "home/.local/share/jupyter"),
                PATH=f"{venv / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}")
     (tmp / "home").mkdir()
-    run_in(venv, "pip", "install", "-q", str(dists[1]), env=env)
+    run_in(venv, "pip", "install", "-q", str(dists[1]), env=env, timeout=1200)
     print(f"fresh venv with the wheel and its dependencies: {time.monotonic() - started:.0f} s")
     return venv, env
 
