@@ -1,7 +1,7 @@
 """Tornado handlers of the REST API (thin: parse, authorise, call the service, answer JSON):
-requests, grants, team usage, notices, heartbeats and profiles; the route table of them all
+requests, grants, team usage, heartbeats and profiles; the route table of them all
 (the shared base in :mod:`.handler_base`, admin endpoints in :mod:`.admin_handlers`, jobs in
-:mod:`.job_handlers`).
+:mod:`.job_handlers`, preemption and other notices in :mod:`.notice_handlers`).
 
 Every handler but ``/openapi.yaml`` and ``/health`` needs ``Authorization: token <hub token>``:
 no token → 401, a token the hub does not know or one without access to this service → 403,
@@ -10,11 +10,7 @@ and each handler checks that the caller may act for the user (and server) concer
 
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any
-
-from tornado.iostream import StreamClosedError
 
 from ...core import rules
 from ...core.model import Kind
@@ -32,6 +28,7 @@ from .admin_handlers import (
 )
 from .handler_base import BaseHandler, Context, HealthHandler, OpenAPIHandler
 from .job_handlers import job_routes
+from .notice_handlers import NoticesHandler, NoticeStreamHandler
 
 
 class RequestsHandler(BaseHandler):
@@ -344,95 +341,6 @@ class TeamUsageHandler(BaseHandler):
             teams = await self.teams_of(self.identity.name)
             self.require(team in teams, f"you are not a member of team {team}")
         self.send(self.ctx.broker.team_usage(team))
-
-
-class NoticesHandler(BaseHandler):
-    def _user_filter(self) -> str | None:
-        user = self.arg("user")
-        if not self.identity.act_as:
-            self.require(user in (None, self.identity.name), "you may read only your own notices")
-            user = self.identity.name
-        return user
-
-    def get(self) -> None:
-        user = self._user_filter()
-        self.send({"notices": self.ctx.broker.notices(user=user, grant_id=self.arg("grant_id"))})
-
-
-_WAKE: dict[str, Any] = {}  # put in a stream's own queue when its client leaves
-
-
-class NoticeStreamHandler(NoticesHandler):
-    _queue: asyncio.Queue[dict[str, Any]] | None = None
-
-    async def get(self) -> None:  # type: ignore[override]
-        user = self._user_filter()
-        grant_id = self.arg("grant_id")
-        owner = self._claim_stream()
-        try:
-            await self._stream(user, grant_id)
-        finally:
-            self._release_stream(owner)
-
-    def _claim_stream(self) -> str:
-        """Count this stream against its caller: 429 past ``max_notice_streams_per_user``
-        (so one client cannot hold every slot), 503 past ``max_notice_subscribers``."""
-        limits = self.ctx.broker.limits
-        ident = self.identity
-        owner = f"{ident.kind}:{ident.name}"
-        per_user = limits.max_notice_streams_per_user
-        if per_user > 0 and self.ctx.streams_by_owner[owner] >= per_user:
-            raise BrokerError(
-                429,
-                f"{shorten(ident.name)} already holds {per_user} notice streams, the most "
-                "one user may hold (BrokerLimits.max_notice_streams_per_user); close one",
-                headers={"Retry-After": "15"},
-                code="max_notice_streams_per_user",
-            )
-        if len(self.ctx.notices.subscribers) >= limits.max_notice_subscribers:
-            raise BrokerError(503, "too many notice streams open; try again later")
-        self.ctx.streams_by_owner[owner] += 1
-        return owner
-
-    def _release_stream(self, owner: str) -> None:
-        counts = self.ctx.streams_by_owner
-        counts[owner] -= 1
-        if counts[owner] <= 0:
-            del counts[owner]
-
-    async def _stream(self, user: str | None, grant_id: str | None) -> None:
-        self.set_header("Content-Type", "text/event-stream")
-        queue = self._queue = self.ctx.notices.subscribe()
-        try:
-            for notice in self.ctx.broker.notices(user=user, grant_id=grant_id):
-                self.write(f"event: preemption\ndata: {json.dumps(notice)}\n\n")
-            self.write(": connected\n\n")
-            await self.flush()
-            while True:
-                try:
-                    notice = await asyncio.wait_for(queue.get(), timeout=15)
-                except asyncio.TimeoutError:
-                    self.write(": keep-alive\n\n")
-                    await self.flush()
-                    continue
-                if notice is _WAKE:
-                    break
-                if user and notice.get("user") != user:
-                    continue
-                if grant_id and notice.get("grant_id") != grant_id:
-                    continue
-                self.write(f"event: {notice.get('kind', 'preemption')}\n")
-                self.write(f"data: {json.dumps(notice)}\n\n")
-                await self.flush()
-        except StreamClosedError:
-            pass
-        finally:
-            self.ctx.notices.unsubscribe(queue)
-
-    def on_connection_close(self) -> None:
-        # wake only this stream's loop (never a message to the other subscribers)
-        if self._queue is not None:
-            self.ctx.notices.wake(self._queue, _WAKE)
 
 
 class HeartbeatHandler(BaseHandler):
