@@ -14,6 +14,11 @@ capacity) through the product's placement (``core.placement.place`` on a real
    ``place()`` per generation, of all those of the replay, and their CPU time
    (``gc.callbacks``, ``time.thread_time``).
 
+With ``--peak``, a third replay (collector off) follows ``gc.get_count()[0]`` at every Python
+call and return inside ``place()`` (``sys.setprofile``): the most objects a decision holds at
+once above its start, its short-lived ones included (the first decision, which builds the
+index, is left out).
+
 It prints figures; it asserts nothing.
 """
 
@@ -109,6 +114,34 @@ def replay(
     return left, watch, time.perf_counter() - t0
 
 
+def peaks(nodes: Sequence[sim.NodeSpec], pods: Sequence[sim.PodSpec], seed: int) -> list[int]:
+    """Per decision: the most tracked objects above its start count while it ran."""
+    frag = sim.FragMeasure([])
+    policy = GPUSharePolicy(sim.SimCluster(list(nodes)), sim.node_ranks(nodes, seed), seed, frag)
+    top = [0, 0]  # start count, highest count seen
+
+    def follow(frame: object, event: str, arg: object) -> None:
+        top[1] = max(top[1], gc.get_count()[0])
+
+    out: list[int] = []
+    gc.collect()
+    gc.disable()
+    try:
+        for pod in pods:
+            policy.prepare(pod)
+            top[0] = top[1] = gc.get_count()[0]
+            sys.setprofile(follow)
+            choice = policy.choose(pod)
+            sys.setprofile(None)
+            out.append(top[1] - top[0])
+            if choice is not None:
+                policy.commit(pod, choice)
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return out[1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", default=str(packing.DEFAULT_NODES))
@@ -123,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="gc.freeze() the trace and the empty cluster before the replay (the broker "
         "freezes its state at start)",
     )
+    p.add_argument("--peak", action="store_true", help="also the objects a decision holds at once")
     args = p.parse_args(argv)
     nodes, pods = _pods(args)
     left, _, _ = replay(nodes, pods, args.seed, collect=False)
@@ -145,6 +179,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"decisions), {sum(ms):.1f} ms CPU in all, longest {max(ms, default=0.0):.1f} ms"
         )
     print(f"replay with the collector on: {seconds:.1f} s wall")
+    if args.peak:
+        most = peaks(nodes, pods, args.seed)
+        print(
+            "tracked objects held at once above the start, per decision: "
+            f"mean {statistics.fmean(most):.1f}, p50 {packing.percentile(most, 50)}, "
+            f"p99 {packing.percentile(most, 99)}"
+        )
     return 0
 
 
