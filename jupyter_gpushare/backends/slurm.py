@@ -246,8 +246,9 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
     )
     min_poll_interval_s = Float(
         1.0, config=True,
-        help="Shortest time between two 'scontrol show job' calls for one job (the broker's "
-        "job loop polls more often; answers are reused in between).",
+        help="Shortest time between two reads of a job's state (squeue --json, or 'scontrol "
+        "show job' for text; the broker's job loop polls more often; answers are reused in "
+        "between).",
     )
     node_cache_s = Float(
         30.0, config=True,
