@@ -89,7 +89,7 @@ def live_overview(broker: Broker, culler: GPUCuller | None) -> dict[str, Any]:
         })
     teams = []
     now = broker.clock()
-    ledger = broker._month_hours(now)
+    ledger = broker.month_hours(now)
     for team in broker.policy.teams:
         for pool, quota in team.quotas:
             key = (team.name, pool)

@@ -22,11 +22,11 @@ from tornado import web
 from ..hubclient import HubClient, HubError
 from ..ops.metrics import BrokerMetrics
 from ..ops.reconcile import HolderChecker
-from ..service.base import TASK_WRITES
 from ..service.broker import Broker, BrokerError
 from ..service.fields import BadField, Fields, json_object
 from ..service.preempt import NoticeHub
 from ..service.ratelimit import TokenBuckets, register_request_buckets
+from ..service.writes import TASK_WRITES
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
 
 OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")

@@ -128,7 +128,7 @@ class _StateCollector(Collector):
                 bus[key] += min(sl.compute_milli / 1000.0, util.get(sl.gpu_uuid, 0.0) / 100.0)
         for (pool, kind), n in sorted(counts.items()):
             grants.add_metric([pool, kind], n)
-        ledger = broker._month_hours(now)
+        ledger = broker.month_hours(now)
         for team in broker.policy.teams:
             for pool, quota in team.quotas:
                 key = (team.name, pool)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, delete, exists, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..service.base import LIVE_STATUSES
+from ..service.waiting import LIVE_STATUSES
 from ..store.db import grants_table, requests_table
 
 if TYPE_CHECKING:

@@ -1,60 +1,273 @@
 """The broker's service: one in-memory ``ClusterState`` mirrored by the database.
 
-:class:`Broker` combines the parts of the service, one concept per module:
+:class:`Broker` holds the parts of the service, each owning its state (:mod:`.parts` says
+which owns what), one concept per module:
 
-* :mod:`.base`: the data (state, queue, pending preemptions, database handles);
-* :mod:`.lifecycle`: submit, decide, write, apply; the queue, preemption, release;
-* :mod:`.views`: the JSON answers (grants, requests, queue, notices, usage, profiles);
-* :mod:`.ledger`: GPU-hours of the month and of any period;
-* :mod:`.consistency`: memory against database;
+* :mod:`.lifecycle`: submit, decide, write, apply; the queue, preemption, release (what
+  the broker itself does: functions over its parts, called by the methods below);
+* :mod:`.writes`: the database handles and the group commits (``broker.writes``);
+* :mod:`.ledger`: GPU-hours of the month and of any period (``broker.ledger``);
+* :mod:`.heartbeats`: heartbeats and measured use (``broker.heartbeats``);
+* :mod:`.waiting` and :mod:`.holders`: the queue, preempting requests, each holder's ids;
+* :mod:`.views`: the JSON answers (``broker.views``);
+* :mod:`.consistency`: memory against database (``broker.checks``);
+* :mod:`.policy_change`: a new policy put in force;
 
-and adds the start (:meth:`Broker.load`: the state is rebuilt from the live grants in the
-database, which is how a ``kill -9`` loses nothing that was answered), node cordons and
-heartbeats. Errors, ids, effects and row builders are re-exported from here.
+and does the start (:meth:`Broker.load`: the state is rebuilt from the live grants in the
+database, which is how a ``kill -9`` loses nothing that was answered) and node cordons.
+Errors, ids, effects and row builders are re-exported from here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
-from collections import defaultdict
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import event, select
+from sqlalchemy import Engine, select
 
-from ...core.grant_end import EndKind, GrantEnd
-from ...core.model import Grant, Policy, from_milli
+from ...core.admission import AdmissionFacts
+from ...core.grant_end import GrantEnd
+from ...core.model import Grant, Policy, Request
 from ...core.state import CapacityError, ClusterState
 from ..errors import BrokerError
-from ..store import livegrants
-from ..store.commitasync import AsyncCommits
-from ..store.commitloop import LoopCommits
-from ..store.commitpipe import ThreadCommits
-from ..store.db import grants_table, migrate, nodes_table, requests_table
-from ..store.serial import (
-    gpu_index,
-    iso,
-    make_request,
-    request_row,
-    spec_to_request,
-)
-from .base import LIVE_STATUSES, BrokerBase, Pending
-from .consistency import ConsistencyMixin
+from ..store import fastsql, livegrants
+from ..store.commitpipe import CommitPipeline
+from ..store.db import migrate, nodes_table, requests_table
+from ..store.serial import gpu_index, make_request, request_row, spec_to_request
+from . import change_rows, lifecycle, policy_change
+from .consistency import ConsistencyChecks
 from .effects import Effects, NoEffects, NoObserver, Observer
-from .heartbeats import HeartbeatsMixin
+from .heartbeats import HeartbeatBounds, Heartbeats
+from .holders import Holders
 from .ids import new_id
+from .ledger import Ledger
 from .ledger_month import MonthLedger
-from .lifecycle import LifecycleMixin
+from .limits import BrokerLimits
+from .usage import UseRecorder
+from .views import Views
+from .waiting import LIVE_STATUSES, Pending, WaitQueue
+from .writes import Writes
 
 log = logging.getLogger("gpushare.broker")
 
 
-class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
+class Broker:
     """Owner of all grants: in-memory core state plus its database mirror."""
 
-    # -- start ------------------------------------------------------------------------------
+    def __init__(
+        self,
+        policy: Policy,
+        engine: Engine,
+        *,
+        clock: Callable[[], float] = time.time,
+        effects: Effects | None = None,
+        observer: Observer | None = None,
+        raw_sql: bool = True,
+        checkpoint_interval_s: float = 1.0,
+        wal_restart_bytes: int = 0,
+        limits: BrokerLimits | None = None,
+    ) -> None:
+        self.policy = policy
+        self.engine = engine
+        self.clock = clock
+        self.effects: Effects = effects or NoEffects()
+        self.observer: Observer = observer or NoObserver()
+        self.limits = limits or BrokerLimits()
+        # the state and the policy in force (the lifecycle and a policy change replace them)
+        self.state = ClusterState(policy)
+        self.gpus = gpu_index(policy)
+        self.policy_version = ""  # hash of the policy file's text (see .reload); "" in-process
+        self.loaded = False
+        # re-deciding the queue skips requests of a shape that just stayed queued
+        # (False: decide on every queued request, as before; benchmarks/broker.py --queued)
+        self.drain_skips_same_shape = True
+        # the lifecycle's: waiting requests and preemptions
+        self.queue = WaitQueue(self._priority_value)  # queued batch requests, decision order
+        self.pending: dict[str, Pending] = {}  # preempting requests by id
+        self.preempt_info: dict[str, tuple[str, float]] = {}  # victim grant -> (reason, deadline)
+        self.holders = Holders()  # (kind, user, holder) -> live grant and waiting request ids
+        # notices given to live grants, and the idle culler's grants being stopped
+        self.policy_notices: dict[str, dict[str, Any]] = {}  # grant -> made borrowed by policy
+        self.cull_notices: dict[str, dict[str, Any]] = {}  # grant -> the idle culler's warning
+        self.culling: dict[str, str] = {}  # grant -> the culler's reason while it stops it
+        # collaborators, each owning its state
+        self.writes = Writes(
+            engine,
+            raw_sql=raw_sql,
+            checkpoint_interval_s=checkpoint_interval_s,
+            wal_restart_bytes=wal_restart_bytes,
+        )
+        self.ledger = Ledger(engine, clock)
+        self.heartbeats = Heartbeats(engine, clock, self.limits)
+        self.checks = ConsistencyChecks(engine)
+        self.views = Views(self)
+
+    def _priority_value(self, name: str) -> int:
+        priority = self.policy.priority(name)
+        return priority.value if priority is not None else 0
+
+    # -- the public interface: the lifecycle (lifecycle.py) -----------------------------------
+
+    def submit(self, req: Request, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return lifecycle.submit(self, req, idempotency_key=idempotency_key)
+
+    def refuse(
+        self,
+        req: Request,
+        reason: str,
+        code: str,
+        idempotency_key: str | None = None,
+        status: str = "refused",
+    ) -> dict[str, Any]:
+        return lifecycle.refuse(self, req, reason, code, idempotency_key, status)
+
+    def release(
+        self,
+        grant_id: str,
+        reason: str = "released by holder",
+        *,
+        drain: bool = True,
+        end: GrantEnd | None = None,
+    ) -> bool:
+        return lifecycle.release(self, grant_id, reason, drain=drain, end=end)
+
+    def retry(self, request_id: str) -> str | None:
+        return lifecycle.retry(self, request_id)
+
+    def drain_queue(self, pool: str | None = None) -> list[tuple[str, str]]:
+        return lifecycle.drain_queue(self, pool)
+
+    def cancel(self, request_id: str) -> dict[str, Any] | None:
+        return lifecycle.cancel(self, request_id)
+
+    def facts(self, now: float, request: Request, retry: bool = False) -> AdmissionFacts:
+        return lifecycle.facts(self, now, request, retry)
+
+    def replace_policy(self, policy: Policy, version: str = "") -> list[dict[str, Any]]:
+        return policy_change.replace_policy(self, policy, version)
+
+    def ordered_queue(self, pool: str | None = None) -> list[Request]:
+        return self.queue.ordered(pool)
+
+    def held_by(self, kind: str, user: str, holder: str) -> set[str]:
+        return self.holders.held_by(kind, user, holder)
+
+    # -- the public interface: views (views.py), ledger, heartbeats, checks -------------------
+
+    def get_grant(self, grant_id: str, durable: bool = False) -> dict[str, Any] | None:
+        return self.views.get_grant(grant_id, durable)
+
+    def grant_view(self, grant: Grant) -> dict[str, Any]:
+        return self.views.grant_view(grant)
+
+    def list_grants(
+        self,
+        *,
+        user: str | None = None,
+        team: str | None = None,
+        pool: str | None = None,
+        node: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return self.views.list_grants(user=user, team=team, pool=pool, node=node)
+
+    def get_request(self, request_id: str, durable: bool = False) -> dict[str, Any] | None:
+        return self.views.get_request(request_id, durable)
+
+    def list_requests(self, user: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+        return self.views.list_requests(user, limit)
+
+    def find_idempotent(self, user: str, key: str) -> dict[str, Any] | None:
+        return self.views.find_idempotent(user, key)
+
+    def position(self, req: Request) -> int | None:
+        return self.views.position(req)
+
+    def expected_wait(self, req: Request, now: float) -> float | None:
+        return self.views.expected_wait(req, now)
+
+    def queue_view(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        return self.views.queue_view(limit, offset)
+
+    def notices(self, user: str | None = None, grant_id: str | None = None) -> list[dict[str, Any]]:
+        return self.views.notices(user, grant_id)
+
+    def team_usage(self, team_name: str) -> dict[str, Any]:
+        return self.views.team_usage(team_name)
+
+    def profiles_view(self, teams: tuple[str, ...], user: str = "") -> list[dict[str, Any]]:
+        return self.views.profiles_view(teams, user)
+
+    def month_hours(self, now: float) -> MonthLedger:
+        """The month's running GPU-hours per (team, pool) (rebuilt at a new month)."""
+        return self.ledger.month_at(now, self.state.grants)
+
+    def gpu_hours_between(self, start: float, end: float) -> dict[Any, float]:
+        return self.ledger.gpu_hours_between(start, end)
+
+    def heartbeat(
+        self,
+        grant_id: str,
+        ts: float | None,
+        gpus: list[dict[str, Any]],
+        simulated: bool,
+        kernel_activity: float | None = None,
+    ) -> None:
+        self.heartbeats.accept(
+            self.state.grants, self.gpus, grant_id, ts, gpus, simulated, kernel_activity
+        )
+
+    def measured_view(self, team: str, pool: str) -> dict[str, Any] | None:
+        return self.heartbeats.measured_view(team, pool)
+
+    def db_live_grants(self) -> list[Grant]:
+        return self.checks.db_live_grants()
+
+    # -- the public interface: writes (writes.py) ---------------------------------------------
+
+    async def durable(self, everything: bool = False) -> None:
+        await self.writes.durable(everything)
+
+    def ensure_durable(self) -> None:
+        self.writes.ensure_durable()
+
+    def reading_committed(self) -> AbstractContextManager[None]:
+        return self.writes.reading_committed()
+
+    def unsettled_answer(self, user: str, key: str) -> dict[str, Any] | None:
+        return self.writes.unsettled_answer(user, key)
+
+    # -- attributes callers read, where their owner keeps them --------------------------------
+
+    @property
+    def fast(self) -> fastsql.FastWriter | None:
+        return self.writes.fast
+
+    @property
+    def commits(self) -> CommitPipeline | None:
+        return self.writes.commits
+
+    @property
+    def usage(self) -> UseRecorder:
+        return self.heartbeats.usage
+
+    @property
+    def last_heartbeat(self) -> dict[str, dict[str, Any]]:
+        return self.heartbeats.last
+
+    @property
+    def heartbeat_bounds(self) -> HeartbeatBounds:
+        return self.heartbeats.bounds
+
+    @heartbeat_bounds.setter
+    def heartbeat_bounds(self, bounds: HeartbeatBounds) -> None:
+        self.heartbeats.bounds = bounds
+
+    # -- start --------------------------------------------------------------------------------
 
     def load(self) -> list[str]:
         """Migrate the database and rebuild the state from it; return what was changed.
@@ -94,14 +307,12 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
                 if grant is not None:
                     try:
                         self.state.apply(grant)
-                        self.hold(grant.request, gid)
+                        self.holders.hold(grant.request, gid)
                     except (CapacityError, KeyError, ValueError) as exc:
                         why = f"no longer fits the policy: {exc}"
                 if why:
-                    self._close_grant_rows(conn, gid, row[livegrants.REQUEST_ID], now, why)
-                    changes.append(
-                        f"released grant {gid} of {row[livegrants.USERNAME]}: {why}"
-                    )
+                    change_rows.close_grant_rows(conn, gid, row[livegrants.REQUEST_ID], now, why)
+                    changes.append(f"released grant {gid} of {row[livegrants.USERNAME]}: {why}")
                     continue
                 if row[livegrants.PREEMPT_FOR]:
                     marks[gid] = (
@@ -118,7 +329,7 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
             )
         for row in waiting:
             req = spec_to_request(row.spec)
-            self.hold(req, req.id)
+            self.holders.hold(req, req.id)
             if row.status == "queued":
                 self.queue[req.id] = req
             else:
@@ -126,15 +337,15 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
         for victim, (request_id, reason, deadline) in marks.items():
             pend = self.pending.get(request_id)
             if pend is None:
-                self._clear_marks([victim])
+                lifecycle.clear_marks(self, [victim])
                 changes.append(f"cleared a stale preemption notice on grant {victim}")
                 continue
             pend.victims.add(victim)
             pend.deadline = max(pend.deadline, deadline)
             self.state.preempting[victim] = request_id
             self.preempt_info[victim] = (reason, deadline)
-        self._reset_ledger(now)
-        self.load_measured()
+        self.ledger.reset(now, self.state.grants.values())
+        self.heartbeats.load_measured()
         self.loaded = True
         for pend in list(self.pending.values()):
             victims = [self.state.grants[v] for v in pend.victims if v in self.state.grants]
@@ -149,41 +360,18 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
     # -- commits off the loop's path ---------------------------------------------------------
 
     def start_commits(self, loop: asyncio.AbstractEventLoop, mode: str = "thread") -> None:
-        """Commit the fast-path writes in groups from now on, on a writer thread
-        (``thread``, :mod:`.commitpipe`), on ``loop`` without waiting (``async``,
-        PostgreSQL only, :mod:`.commitasync`) or on ``loop`` right after the turn that queued
-        them (``loop``, :mod:`.commitloop`); every SQLAlchemy transaction on the engine
-        first waits for the queue to be empty."""
-        if self.fast is None:
-            raise ValueError("group commits need the fast path (raw_sql)")
-        if self.commits is not None:
-            return
-        if mode == "async":
-            if self.engine.dialect.name != "postgresql":
-                raise ValueError(f"async commits need PostgreSQL, not {self.engine.dialect.name}")
-            self.commits = AsyncCommits(self.fast, loop, self._after_failed_commit)
-        elif mode == "thread":
-            self.commits = ThreadCommits(self.fast, loop, self._after_failed_commit)
-        elif mode == "loop":
-            self.commits = LoopCommits(self.fast, loop, self._after_failed_commit)
-        else:
-            raise ValueError(f"unknown commit mode {mode!r} (thread, async, loop)")
-        event.listen(self.engine, "begin", self._wait_for_commits)
-
-    def _wait_for_commits(self, conn: object) -> None:
-        commits = self.commits
-        if commits is not None:
-            commits.flush()
+        """Commit the fast-path writes in groups from now on (:meth:`.writes.Writes.start`);
+        after a failed commit the state is rebuilt from the database."""
+        self.writes.start(loop, mode, self._after_failed_commit)
 
     def close(self) -> None:
-        if self.commits is not None:
-            event.remove(self.engine, "begin", self._wait_for_commits)
-        super().close()
+        """Commit what is queued, then close the fast-path connection (and its threads)."""
+        self.writes.close()
 
     def _after_failed_commit(self) -> None:
         """Rebuild the state from the database after a failed commit, then accept writes
         again; while the database cannot be read, try again every second."""
-        commits = self.commits
+        commits = self.writes.commits
         if commits is None:
             return
         try:
@@ -224,150 +412,16 @@ class Broker(LifecycleMixin, HeartbeatsMixin, ConsistencyMixin):
                 )
         self.state.cordon(node, cordoned)
         if not cordoned:
-            self.drain_queue(self.state.nodes[node].pool.name)
+            lifecycle.drain_queue(self, self.state.nodes[node].pool.name)
         live = [g.id for g in self.state.grants.values() if g.placement.node == node]
         return {"node": node, "cordoned": cordoned, "live_grants": live}
 
     # -- policy changes ---------------------------------------------------------------------
 
-    def replace_policy(self, policy: Policy, version: str = "") -> list[dict[str, Any]]:
-        """Put ``policy`` in force for the live grants, the queue and new requests; return
-        what happened to each grant it no longer allows (see ``docs/policy-reload.md``):
-
-        * a grant on hardware (node, GPU) or in a pool that left the inventory, or that no
-          longer fits it: released, with the reason;
-        * a grant whose team, team quota in the pool, profile (or its team list) or priority
-          class the policy no longer has: kept, but borrowed and preemptible, with a notice;
-        * grants above a guarantee that was cut below the team's use: the newest ones are
-          kept as borrowed and preemptible, with a notice, until the rest fits the guarantee.
-
-        Borrow limits, per-user caps and budgets apply to new requests only. Runs on the
-        event loop (no await); the database is written before memory changes."""
-        now = self.clock()
-        changes: list[dict[str, Any]] = []
-        grants = sorted(self.state.grants.values(), key=lambda g: (g.granted_at, g.id))
-        scratch = ClusterState(policy)
-        kept: list[Grant] = []
-        for grant in grants:
-            try:
-                scratch.apply(grant)
-                kept.append(grant)
-            except (CapacityError, KeyError, ValueError) as exc:
-                why = f"released: the new policy has no room for it ({exc})"
-                lost = grant.placement.node not in {n.name for n in policy.nodes}
-                kind = EndKind.NODE_LOST if lost else EndKind.POLICY
-                self.release(grant.id, why, drain=False, end=GrantEnd(kind, why))
-                changes.append(_change(grant, "released", why))
-        demote: dict[str, str] = {}
-        for grant in kept:
-            reason = _no_longer_allowed(policy, grant)
-            if reason and not grant.borrowed:
-                demote[grant.id] = reason
-        inside: dict[tuple[str, str], list[Grant]] = defaultdict(list)
-        for grant in kept:
-            if not grant.borrowed and grant.id not in demote:
-                inside[(grant.team, grant.pool)].append(grant)
-        for (team_name, pool), members in inside.items():
-            team = policy.team(team_name)
-            quota = team.quota(pool) if team else None
-            if quota is None:
-                continue
-            total = sum(g.units_milli for g in members)
-            for grant in reversed(members):  # the newest become borrowed first
-                if total <= quota.guaranteed_milli:
-                    break
-                demote[grant.id] = (
-                    f"team {team_name}'s guarantee in pool {pool} is now "
-                    f"{from_milli(quota.guaranteed_milli):g} GPU, below its use"
-                )
-                total -= grant.units_milli
-        if demote:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    grants_table.update()
-                    .where(grants_table.c.id.in_(list(demote)))
-                    .values(borrowed=True, preemptible=True)
-                )
-        state = ClusterState(policy)
-        for name, node in self.state.nodes.items():
-            if node.cordoned and name in state.nodes:
-                state.cordon(name, True)
-        for grant in kept:
-            if grant.id in demote:
-                grant = dataclasses.replace(grant, borrowed=True, preemptible=True)
-            state.apply(grant)
-        for victim, request_id in self.state.preempting.items():
-            if victim in state.grants:
-                state.preempting[victim] = request_id
-        self.policy, self.state, self.gpus = policy, state, gpu_index(policy)
-        self.policy_version = version
-        self.queue.reorder()
-        for gid, why in demote.items():
-            grant = state.grants[gid]
-            notice = {
-                "grant_id": gid,
-                "user": grant.user,
-                "server": grant.request.holder,
-                "kind": "policy",
-                "holder_kind": grant.request.kind.value,
-                "reason": f"{why}: the grant is now borrowed (preemptible) capacity",
-                "deadline": None,
-                "deadline_ts": None,
-                "policy_version": version,
-                "at": iso(now),
-            }
-            self.policy_notices[gid] = notice
-            self.effects.notice(notice)
-            changes.append(_change(grant, "borrowed", why))
-        for gid in [g for g in self.policy_notices if g not in state.grants]:
-            del self.policy_notices[gid]
-        for line in changes:
-            log.warning(
-                "policy change: grant %s of %s %s: %s",
-                line["grant_id"],
-                line["user"],
-                line["change"],
-                line["reason"],
-            )
-        self.drain_queue()
-        return changes
-
-
-def _change(grant: Grant, change: str, reason: str) -> dict[str, Any]:
-    return {
-        "grant_id": grant.id,
-        "user": grant.user,
-        "server": grant.request.holder,
-        "team": grant.team,
-        "pool": grant.pool,
-        "change": change,
-        "reason": reason,
-    }
-
-
-def _no_longer_allowed(policy: Policy, grant: Grant) -> str | None:
-    """Why the policy would not let this grant's request in now (team, profile, priority)."""
-    req = grant.request
-    team = policy.team(req.team)
-    if team is None:
-        return f"team {req.team} is no longer in the policy"
-    if team.quota(req.pool) is None:
-        return f"team {req.team} no longer has a quota in pool {req.pool}"
-    if policy.priority(req.priority) is None or not team.may_use_priority(req.priority):
-        return f"priority class {req.priority} is no longer allowed for team {req.team}"
-    if req.profile:
-        profile = policy.profile(req.profile)
-        if profile is None:
-            return f"profile {req.profile} is no longer in the policy"
-        if not profile.allowed_for({req.team}):
-            return f"profile {req.profile} is no longer offered to team {req.team}"
-    return None
-
 
 __all__ = [
     "LIVE_STATUSES",
     "Broker",
-    "BrokerBase",
     "BrokerError",
     "Effects",
     "MonthLedger",

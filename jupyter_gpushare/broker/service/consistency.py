@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from sqlalchemy import and_, select
+from sqlalchemy import Engine, and_, select
 
 from ...core.model import Grant
 from ..store.db import grants_table, requests_table
 from ..store.serial import grant_reader
-from .base import BrokerBase
 
 
-class ConsistencyMixin(BrokerBase):
-    """Counts and live grants read back from the database."""
+class ConsistencyChecks:
+    """Counts and live grants read back from the database (what memory is checked against);
+    owns no state."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     def db_live_grants(self) -> list[Grant]:
         with self.engine.connect() as conn:

@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Engine, delete, select
 from traitlets import Dict, Float, List, Unicode
 from traitlets.config import Configurable
 
 from ...core.ledger import month_of
+from ...core.model import Grant
 from ..errors import BrokerError
 from ..store.db import heartbeats_table, usage_table
 from ..store.serial import iso
-from .base import BrokerBase
 from .fields import BadField, shorten
+from .limits import BrokerLimits
+from .usage import UseRecorder
 
 log = logging.getLogger("gpushare")
 
@@ -75,8 +78,11 @@ class HeartbeatBounds(Configurable):
             try:
                 cards, _ = load_catalogue(tuple(self.catalogues))
             except (PlanError, OSError) as exc:
-                log.warning("gpushare: card catalogue unreadable (%s); heartbeat power is "
-                            "bounded by default_power_limit_w", exc)
+                log.warning(
+                    "gpushare: card catalogue unreadable (%s); heartbeat power is "
+                    "bounded by default_power_limit_w",
+                    exc,
+                )
                 cards = {}
             for card in cards.values():
                 found[card.model.lower()] = card.power_w
@@ -119,14 +125,28 @@ def month_key(ts: float) -> str:
     return f"{year:04d}-{month:02d}"
 
 
-class HeartbeatsMixin(BrokerBase):
-    """Checking, rate-limiting and storing heartbeats; measured use per team and month."""
+class Heartbeats:
+    """Checking, rate-limiting and storing heartbeats; measured use per team and month.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    Owns the last heartbeat of each live grant (its ``usage`` in the API), when each was
+    accepted (the rate limit), the month's measured use per (team, pool) and the lasting
+    per-grant use (:class:`~.usage.UseRecorder`); reads the grants and cards it is handed."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], float], limits: BrokerLimits) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.limits = limits
+        self.last: dict[str, dict[str, Any]] = {}  # grant id -> its last accepted heartbeat
+        self.accepted_at: dict[str, float] = {}  # grant id -> broker time
+        self.usage = UseRecorder()  # measured use per grant, node power, GPU activity
         self.measured: dict[tuple[str, str, str], Measured] = {}
-        self._heartbeats_since_prune = 0
-        self.heartbeat_bounds = HeartbeatBounds()
+        self._since_prune = 0
+        self.bounds = HeartbeatBounds()
+
+    def forget(self, grant_id: str) -> None:
+        """Drop what a grant that ended sent (its measured use stays in the month's sums)."""
+        self.last.pop(grant_id, None)
+        self.accepted_at.pop(grant_id, None)
 
     def load_measured(self) -> None:
         """Read this month's measured use from the database (at start)."""
@@ -153,34 +173,39 @@ class HeartbeatsMixin(BrokerBase):
             )
         util = item.get("utilization_pct")
         if util is not None and not 0 <= util <= 100:
-            raise BadField(f"gpus[{i}].utilization_pct",
-                           f"utilization_pct must be between 0 and 100, not {util:g}")
+            raise BadField(
+                f"gpus[{i}].utilization_pct",
+                f"utilization_pct must be between 0 and 100, not {util:g}",
+            )
         power = item.get("power_w")
         if power is not None:
-            top = self.heartbeat_bounds.max_power_w(model)
+            top = self.bounds.max_power_w(model)
             if not 0 <= power <= top:
-                limit = self.heartbeat_bounds.card_power_w(model)
+                limit = self.bounds.card_power_w(model)
                 raise BadField(
                     f"gpus[{i}].power_w",
                     f"GPU {item['uuid']} ({shorten(model)}) is limited to {limit:g} W; "
                     f"{power:g} W is not a reading it can give (at most {top:g} W)",
                 )
 
-    def heartbeat(
+    def accept(
         self,
+        grants: Mapping[str, Grant],
+        cards: Mapping[str, Any],
         grant_id: str,
         ts: float | None,
         gpus: list[dict[str, Any]],
         simulated: bool,
         kernel_activity: float | None = None,
     ) -> None:
-        """Check and store one heartbeat of a live grant (BrokerError if refused)."""
-        grant = self.state.grants.get(grant_id)
+        """Check and store one heartbeat of a live grant (BrokerError if refused);
+        ``grants``: the live grants by id, ``cards``: the policy's GPUs by uuid."""
+        grant = grants.get(grant_id)
         if grant is None:
             raise BrokerError(404, f"no live grant {shorten(grant_id)}")
         limits = self.limits
         now = self.clock()
-        last = self.heartbeat_accepted_at.get(grant_id)
+        last = self.accepted_at.get(grant_id)
         if last is not None and now - last < limits.heartbeat_min_interval_s:
             wait = limits.heartbeat_min_interval_s - (now - last)
             raise BrokerError(
@@ -204,7 +229,7 @@ class HeartbeatsMixin(BrokerBase):
             if uuid in seen:
                 raise BadField(f"gpus[{i}].uuid", f"GPU {shorten(uuid)} is reported twice")
             seen.add(uuid)
-            card = self.gpus.get(uuid)
+            card = cards.get(uuid)
             if card is not None:
                 self._check_figures(i, item, card.model, card.memory_mib)
         key = (grant.team, grant.pool, month_key(ts))
@@ -217,7 +242,7 @@ class HeartbeatsMixin(BrokerBase):
             measured.memory_used_mib_sum + sum(mems),
             max(measured.last_ts, ts),
         )
-        prune = self._heartbeats_since_prune + 1 >= limits.heartbeat_prune_every
+        prune = self._since_prune + 1 >= limits.heartbeat_prune_every
         with self.engine.begin() as conn:
             conn.execute(
                 heartbeats_table.insert(),
@@ -250,7 +275,7 @@ class HeartbeatsMixin(BrokerBase):
                         heartbeats_table.c.ts < now - limits.heartbeat_retention_s
                     )
                 )
-        self._heartbeats_since_prune = 0 if prune else self._heartbeats_since_prune + 1
+        self._since_prune = 0 if prune else self._since_prune + 1
         self.measured[key] = new
-        self.heartbeat_accepted_at[grant_id] = now
-        self.last_heartbeat[grant_id] = {"ts": iso(ts), "gpus": gpus, "simulated": simulated}
+        self.accepted_at[grant_id] = now
+        self.last[grant_id] = {"ts": iso(ts), "gpus": gpus, "simulated": simulated}

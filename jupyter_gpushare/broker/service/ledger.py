@@ -1,26 +1,51 @@
 """The GPU-hour ledger of the broker: the month's running totals and any period's hours.
 
-The ``gpushare_grants`` table is the ledger (one interval per grant); :class:`LedgerMixin`
+The ``gpushare_grants`` table is the ledger (one interval per grant); :class:`Ledger`
 rebuilds the month's :class:`~.ledger_month.MonthLedger` from it at start and at each new
 month, and answers GPU-hours of any period from the intervals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Engine, or_, select
 
 from ...core.ledger import Interval, gpu_hours, month_bounds, month_of
+from ...core.model import Grant
 from ..store.db import grants_table
-from .base import BrokerBase
 from .ledger_month import MonthLedger
 
 
-class LedgerMixin(BrokerBase):
-    """GPU-hours of the current month (O(1) per change) and of any period."""
+class Ledger:
+    """GPU-hours of the current month (O(1) per change) and of any period.
 
-    def _reset_ledger(self, now: float) -> None:
+    Owns the month's running totals (:attr:`month`); reads the database's closed intervals
+    at each new month and the live grants it is handed."""
+
+    def __init__(self, engine: Engine, clock: Callable[[], float]) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.month = MonthLedger()
+
+    def add(self, grant: Grant) -> None:
+        """A grant began (in this month)."""
+        self.month.add(grant)
+
+    def remove(self, grant: Grant, ended: float) -> None:
+        """A grant ended at ``ended``."""
+        self.month.remove(grant, ended)
+
+    def month_at(self, now: float, live: Mapping[str, Grant]) -> MonthLedger:
+        """The running totals of the month of ``now`` (rebuilt first at a new month, with
+        ``live``: the live grants by id)."""
+        if month_of(now) != self.month.month:
+            self.reset(now, live.values())
+        return self.month
+
+    def reset(self, now: float, live: Iterable[Grant]) -> None:
+        """Rebuild the month of ``now`` from the closed intervals and the live grants."""
         year, month = month_of(now)
         start, end = month_bounds(year, month)
         ledger = MonthLedger(month=(year, month), start=start)
@@ -48,14 +73,9 @@ class LedgerMixin(BrokerBase):
             ]
         for key, hours in gpu_hours(intervals, start, end, now).items():
             ledger.closed[key] = hours  # type: ignore[index]
-        for grant in self.state.grants.values():
+        for grant in live:
             ledger.add(grant)
-        self.ledger = ledger
-
-    def _month_hours(self, now: float) -> MonthLedger:
-        if month_of(now) != self.ledger.month:
-            self._reset_ledger(now)
-        return self.ledger
+        self.month = ledger
 
     def gpu_hours_between(self, start: float, end: float) -> dict[Any, float]:
         """GPU-hours per (team, pool) in any period, from the ledger intervals."""

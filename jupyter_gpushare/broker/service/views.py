@@ -1,25 +1,31 @@
 """Read-only views of the broker's state as the JSON of the REST API.
 
 Grants, requests, the queue, notices, team usage and the profiles a user may pick; nothing
-here changes the state or writes to the database.
+here changes the state or writes to the database. :class:`Views` owns no state: it reads
+what :class:`ViewSource` names (the broker is one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 
 from ...core.admission import AdmissionFacts, Decision, Outcome, decide
 from ...core.grant_end import kind_of
-from ...core.model import Grant, Request, from_milli
+from ...core.model import Grant, Policy, Request, from_milli
 from ...core.placement import place
+from ...core.state import ClusterState
 from ..errors import BrokerError
 from ..store.db import grants_table, requests_table
 from ..store.serial import gpus_json, iso, slices_to_json, spec_to_request
-from .ledger import LedgerMixin
+from .heartbeats import Heartbeats
+from .ledger import Ledger
+from .waiting import Pending, WaitQueue
+from .writes import Writes
 
 
 def end_view(row: Any) -> dict[str, Any] | None:
@@ -30,16 +36,38 @@ def end_view(row: Any) -> dict[str, Any] | None:
     kind = kind_of(row.end_kind, row.release_reason).value
     return {"kind": kind, "by_request": row.ended_by_request, "by_team": row.ended_by_team}
 
-class ViewsMixin(LedgerMixin):
+
+class ViewSource(Protocol):
+    """What the views read (the broker's state and parts; all read-only here)."""
+
+    policy: Policy
+    state: ClusterState
+    gpus: dict[str, Any]  # the policy's GPUs by uuid
+    policy_version: str
+    clock: Callable[[], float]
+    queue: WaitQueue
+    pending: dict[str, Pending]
+    preempt_info: dict[str, tuple[str, float]]
+    policy_notices: dict[str, dict[str, Any]]
+    cull_notices: dict[str, dict[str, Any]]
+    ledger: Ledger
+    heartbeats: Heartbeats
+    writes: Writes
+
+    def facts(self, now: float, request: Request, retry: bool = False) -> AdmissionFacts:
+        """The admission's facts (the lifecycle's), for the profiles' dry run."""
+        ...
+
+
+class Views:
     """The API's answers about grants, requests, the queue, notices, usage and profiles."""
 
-    if TYPE_CHECKING:  # the lifecycle's, for the profiles' dry run
-
-        def facts(self, now: float, request: Request, retry: bool = False) -> AdmissionFacts: ...
+    def __init__(self, src: ViewSource) -> None:
+        self.src = src
 
     def notice_of(self, grant_id: str) -> dict[str, Any]:
-        grant = self.state.grants[grant_id]
-        reason, deadline = self.preempt_info[grant_id]
+        grant = self.src.state.grants[grant_id]
+        reason, deadline = self.src.preempt_info[grant_id]
         return {
             "grant_id": grant_id,
             "user": grant.user,
@@ -49,27 +77,29 @@ class ViewsMixin(LedgerMixin):
             "reason": reason,
             "deadline": iso(deadline),
             "deadline_ts": deadline,
-            "for_request": self.state.preempting.get(grant_id),
+            "for_request": self.src.state.preempting.get(grant_id),
         }
 
     def notices(self, user: str | None = None, grant_id: str | None = None) -> list[dict[str, Any]]:
         out = []
-        for gid in list(self.preempt_info):
-            if gid not in self.state.grants:
+        for gid in list(self.src.preempt_info):
+            if gid not in self.src.state.grants:
                 continue
             if grant_id and gid != grant_id:
                 continue
-            if user and self.state.grants[gid].user != user:
+            if user and self.src.state.grants[gid].user != user:
                 continue
             out.append(self.notice_of(gid))
-        for gid, notice in list(self.policy_notices.items()):  # made borrowed by a policy change
-            if gid not in self.state.grants or (grant_id and gid != grant_id):
+        for gid, notice in list(
+            self.src.policy_notices.items()
+        ):  # made borrowed by a policy change
+            if gid not in self.src.state.grants or (grant_id and gid != grant_id):
                 continue
             if user and notice["user"] != user:
                 continue
             out.append(notice)
-        for gid, notice in list(self.cull_notices.items()):  # the GPU idle culler's warnings
-            if gid not in self.state.grants or (grant_id and gid != grant_id):
+        for gid, notice in list(self.src.cull_notices.items()):  # the GPU idle culler's warnings
+            if gid not in self.src.state.grants or (grant_id and gid != grant_id):
                 continue
             if user and notice["user"] != user:
                 continue
@@ -78,7 +108,7 @@ class ViewsMixin(LedgerMixin):
 
     def grant_view(self, grant: Grant) -> dict[str, Any]:
         req = grant.request
-        info = self.preempt_info.get(grant.id)
+        info = self.src.preempt_info.get(grant.id)
         return {
             "id": grant.id,
             "request_id": req.id,
@@ -89,7 +119,7 @@ class ViewsMixin(LedgerMixin):
             "profile": req.profile,
             "kind": req.kind.value,
             "node": grant.placement.node,
-            "gpus": gpus_json(self.gpus, slices_to_json(grant.placement)),
+            "gpus": gpus_json(self.src.gpus, slices_to_json(grant.placement)),
             "units": from_milli(grant.units_milli),
             "borrowed": grant.borrowed,
             "preemptible": grant.preemptible,
@@ -104,13 +134,13 @@ class ViewsMixin(LedgerMixin):
             "release_reason": None,
             "end": None,
             "preemption": {"reason": info[0], "deadline": iso(info[1])} if info else None,
-            "usage": self.last_heartbeat.get(grant.id),
+            "usage": self.src.heartbeats.last.get(grant.id),
         }
 
     def _lifetime(self, profile_slug: str | None, granted_at: float | None) -> dict[str, Any]:
         """The profile's ``max_lifetime_s`` and when the server is stopped for it
         (``ends_at``, ISO 8601); both null when the profile (now) sets no lifetime."""
-        profile = self.policy.profile(profile_slug) if profile_slug else None
+        profile = self.src.policy.profile(profile_slug) if profile_slug else None
         lifetime = profile.max_lifetime_s if profile is not None else None
         ends = granted_at + lifetime if lifetime and granted_at is not None else None
         return {"max_lifetime_s": lifetime or None, "ends_at": iso(ends)}
@@ -127,7 +157,7 @@ class ViewsMixin(LedgerMixin):
             "profile": row.profile,
             "kind": row.kind,
             "node": row.node,
-            "gpus": gpus_json(self.gpus, row.slices),
+            "gpus": gpus_json(self.src.gpus, row.slices),
             "units": from_milli(row.units_milli),
             "borrowed": bool(row.borrowed),
             "preemptible": bool(row.preemptible),
@@ -148,10 +178,13 @@ class ViewsMixin(LedgerMixin):
     def get_grant(self, grant_id: str, durable: bool = False) -> dict[str, Any] | None:
         """A live grant from memory, else as the database has it (``durable``: see
         :meth:`get_request`)."""
-        grant = self.state.grants.get(grant_id)
+        grant = self.src.state.grants.get(grant_id)
         if grant is not None:
             return self.grant_view(grant)
-        with self.reading_committed() if durable else nullcontext(), self.engine.connect() as conn:
+        with (
+            self.src.writes.reading_committed() if durable else nullcontext(),
+            self.src.writes.engine.connect() as conn,
+        ):
             row = conn.execute(select(grants_table).where(grants_table.c.id == grant_id)).first()
         return self._grant_view_row(row) if row else None
 
@@ -164,7 +197,7 @@ class ViewsMixin(LedgerMixin):
         node: str | None = None,
     ) -> list[dict[str, Any]]:
         out = []
-        for grant in self.state.grants.values():
+        for grant in self.src.state.grants.values():
             if user is not None and grant.user != user:
                 continue
             if team is not None and grant.team != team:
@@ -178,13 +211,13 @@ class ViewsMixin(LedgerMixin):
 
     def position(self, req: Request) -> int | None:
         """1-based place of a queued request in its pool's order (``None``: not queued)."""
-        return self.queue.position(req.id)
+        return self.src.queue.position(req.id)
 
     def expected_wait(self, req: Request, now: float) -> float | None:
-        pend = self.pending.get(req.id)
+        pend = self.src.pending.get(req.id)
         if pend is not None:
             return max(0.0, pend.deadline - now)
-        if req.id not in self.queue:
+        if req.id not in self.src.queue:
             return None
         end = self._earliest_end(req.pool)
         return max(0.0, end - now) if end is not None else None
@@ -193,12 +226,12 @@ class ViewsMixin(LedgerMixin):
         """The earliest end of a grant in the pool that declared a maximum runtime."""
         ends = [
             g.granted_at + g.request.max_runtime_s
-            for g in self.state.grants.values()
+            for g in self.src.state.grants.values()
             if g.pool == pool and g.request.max_runtime_s
         ]
         return min(ends) if ends else None
 
-    def _view_from_decision(
+    def from_decision(
         self, req: Request, decision: Decision, status: str, grant: Grant | None, now: float
     ) -> dict[str, Any]:
         return {
@@ -219,19 +252,19 @@ class ViewsMixin(LedgerMixin):
             "grant": self.grant_view(grant) if grant else None,
             "victims": list(decision.victims) if decision.outcome is Outcome.PREEMPTING else [],
             "created_at": iso(now),
-            "policy_version": self.policy_version,
+            "policy_version": self.src.policy_version,
         }
 
     def reclaim_deadline(self, request_id: str) -> str | None:
         """When a preempting request's victims are stopped (their notices' deadline)."""
-        pend = self.pending.get(request_id)
+        pend = self.src.pending.get(request_id)
         return iso(pend.deadline) if pend is not None else None
 
     def _request_view(self, row: Any) -> dict[str, Any]:
         req = spec_to_request(row.spec)
-        now = self.clock()
+        now = self.src.clock()
         grant = self.get_grant(row.grant_id, durable=True) if row.grant_id else None
-        pend = self.pending.get(row.id)
+        pend = self.src.pending.get(row.id)
         return {
             "request_id": row.id,
             "status": row.status,
@@ -250,14 +283,17 @@ class ViewsMixin(LedgerMixin):
             "grant": grant,
             "victims": sorted(pend.victims) if pend else [],
             "created_at": iso(row.created_at),
-            "policy_version": self.policy_version,
+            "policy_version": self.src.policy_version,
         }
 
     def get_request(self, request_id: str, durable: bool = False) -> dict[str, Any] | None:
         """The request as the database has it. ``durable``: read what is committed without
         waiting for the commit queue (a client's poll: everything it was answered is
         committed already); else the read waits for the queue first."""
-        with self.reading_committed() if durable else nullcontext(), self.engine.connect() as conn:
+        with (
+            self.src.writes.reading_committed() if durable else nullcontext(),
+            self.src.writes.engine.connect() as conn,
+        ):
             row = conn.execute(
                 select(requests_table).where(requests_table.c.id == request_id)
             ).first()
@@ -266,11 +302,11 @@ class ViewsMixin(LedgerMixin):
     def queue_view(self, limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
         """Waiting requests: the preempting ones, then the queued ones in decision order
         (``limit``/``offset``: a page of that list)."""
-        now = self.clock()
+        now = self.src.clock()
         out: list[dict[str, Any]] = []
         ends: dict[str, float | None] = {}
         stop = None if limit is None else offset + limit
-        for pend in list(self.pending.values())[offset:stop]:
+        for pend in list(self.src.pending.values())[offset:stop]:
             req = pend.request
             out.append(
                 {
@@ -287,9 +323,9 @@ class ViewsMixin(LedgerMixin):
                     "victims": sorted(pend.victims),
                 }
             )
-        skip = max(0, offset - len(self.pending))
+        skip = max(0, offset - len(self.src.pending))
         room = None if limit is None else limit - len(out)
-        queued = self.ordered_queue()
+        queued = self.src.queue.ordered()
         for req in queued[skip : None if room is None else skip + room]:
             if req.pool not in ends:
                 ends[req.pool] = self._earliest_end(req.pool)
@@ -302,7 +338,7 @@ class ViewsMixin(LedgerMixin):
                     "pool": req.pool,
                     "status": "queued",
                     "priority": req.priority,
-                    "position": self.queue.position(req.id),
+                    "position": self.src.queue.position(req.id),
                     "units": from_milli(req.gpu.units_milli),
                     "created_at": iso(req.created_at),
                     "expected_wait_s": max(0.0, end - now) if end is not None else None,
@@ -311,28 +347,28 @@ class ViewsMixin(LedgerMixin):
         return out
 
     def team_usage(self, team_name: str) -> dict[str, Any]:
-        team = self.policy.team(team_name)
+        team = self.src.policy.team(team_name)
         if team is None:
             raise BrokerError(404, f"unknown team {team_name!r}")
-        now = self.clock()
-        ledger = self._month_hours(now)
+        now = self.src.clock()
+        ledger = self.src.ledger.month_at(now, self.src.state.grants)
         pools: dict[str, Any] = {}
         for pool, quota in team.quotas:
-            used = self.state.team_used(team.name, pool)
+            used = self.src.state.team_used(team.name, pool)
             others_borrowed = sum(
-                v for (t, p), v in self.state.borrowed.items() if p == pool and t != team.name
+                v for (t, p), v in self.src.state.borrowed.items() if p == pool and t != team.name
             )
             lent = min(max(0, quota.guaranteed_milli - used), others_borrowed)
             pools[pool] = {
                 "guaranteed": from_milli(quota.guaranteed_milli),
                 "borrow_limit": from_milli(quota.borrow_limit_milli),
                 "in_use": from_milli(used),
-                "borrowed": from_milli(self.state.team_borrowed(team.name, pool)),
+                "borrowed": from_milli(self.src.state.team_borrowed(team.name, pool)),
                 "lent": from_milli(lent),
                 "gpu_hours_month": round(ledger.hours((team.name, pool), now), 6),
                 "gpu_hours_budget": quota.gpu_hours_per_month,
-                "queued": self.queue.per_team_pool[(team.name, pool)],
-                "measured": self.measured_view(team.name, pool),
+                "queued": self.src.queue.per_team_pool[(team.name, pool)],
+                "measured": self.src.heartbeats.measured_view(team.name, pool),
             }
         year, month = ledger.month
         return {"team": team.name, "month": f"{year:04d}-{month:02d}", "pools": pools}
@@ -340,18 +376,18 @@ class ViewsMixin(LedgerMixin):
     def find_idempotent(self, user: str, key: str) -> dict[str, Any] | None:
         """The request made with this idempotency key, if any. With group commits, one
         whose commit is in flight is found in memory, so the read does not wait for it."""
-        unsettled = self.unsettled_answer(user, key)
+        unsettled = self.src.writes.unsettled_answer(user, key)
         if unsettled is not None:
             return unsettled
         query = select(requests_table).where(
             requests_table.c.username == user, requests_table.c.idempotency_key == key
         )
-        with self.reading_committed(), self.engine.connect() as conn:
+        with self.src.writes.reading_committed(), self.src.writes.engine.connect() as conn:
             row = conn.execute(query).first()
         return self._request_view(row) if row else None
 
     def list_requests(self, user: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
+        with self.src.writes.engine.connect() as conn:
             query = select(requests_table).order_by(requests_table.c.created_at.desc()).limit(limit)
             if user is not None:
                 query = query.where(requests_table.c.username == user)
@@ -362,18 +398,18 @@ class ViewsMixin(LedgerMixin):
         """Profiles of ``teams`` with each team's availability; with ``user``, also the
         admission's own answer for that user now (``decision``: a dry run of ``decide``,
         nothing stored), so the spawn form says exactly what a request would get."""
-        now = self.clock()
+        now = self.src.clock()
         out = []
-        for profile in self.policy.profiles_for(set(teams)):
+        for profile in self.src.policy.profiles_for(set(teams)):
             avail: dict[str, Any] = {}
             for team_name in teams:
-                team = self.policy.team(team_name)
-                if team is None or not self.policy.offers(profile, team_name):
+                team = self.src.policy.team(team_name)
+                if team is None or not self.src.policy.offers(profile, team_name):
                     continue
                 quota = team.quota(profile.pool)
                 if quota is None:
                     continue
-                used = self.state.team_used(team_name, profile.pool)
+                used = self.src.state.team_used(team_name, profile.pool)
                 probe = Request(
                     id="probe",
                     user="",
@@ -389,7 +425,9 @@ class ViewsMixin(LedgerMixin):
                 dry = None
                 if user:
                     probe = replace(probe, user=user)
-                    d = decide(self.state, probe, "dry-run", self.facts(now, probe, retry=True))
+                    d = decide(
+                        self.src.state, probe, "dry-run", self.src.facts(now, probe, retry=True)
+                    )
                     dry = {
                         "outcome": d.outcome.value,
                         "reason": d.reason,
@@ -403,7 +441,7 @@ class ViewsMixin(LedgerMixin):
                     "within_guarantee": used + ask <= quota.guaranteed_milli,
                     "within_borrow_limit": used + ask
                     <= quota.guaranteed_milli + quota.borrow_limit_milli,
-                    "fits_now": place(self.state, probe) is not None,
+                    "fits_now": place(self.src.state, probe) is not None,
                     **({"decision": dry} if dry is not None else {}),
                 }
             gpu = profile.gpu

@@ -1,4 +1,5 @@
-"""The queue of waiting batch requests, kept in decision order with counts for the limits.
+"""Waiting requests: the queue of batch requests, kept in decision order with counts for
+the limits, and the requests waiting for preemption victims to leave (:class:`Pending`).
 
 :class:`WaitQueue` behaves like the ``dict`` of queued requests by id it replaces (``in``,
 ``get``, ``pop``, ``values``, ``len``), and keeps, updated in O(log n) per change:
@@ -15,9 +16,13 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.model import Request
+
+LIVE_STATUSES = ("queued", "preempting")
+"""The statuses of a request that still waits (the database's; rebuilt into memory at start)."""
 
 SortKey = tuple[int, float, str]
 Shape = tuple[Any, ...]
@@ -38,6 +43,16 @@ def shape_of(req: Request) -> Shape:
         req.max_runtime_s,
         req.kind,
     )
+
+
+@dataclass
+class Pending:
+    """A request waiting for preemption victims to leave."""
+
+    request: Request
+    victims: set[str]
+    deadline: float
+    reason: str
 
 
 class WaitQueue:
