@@ -117,6 +117,16 @@ async def test_each_scheduled_run_is_admitted_on_its_own(tmp_path: Path, broker:
     assert len(jobs) == 3
     _, listed = await call(broker, "GET", "/jobs", "tok-alice")
     assert len(listed["jobs"]) == 2
+    (third,) = [j for j in jobs if j.job_id not in (first.job_id, refused.job_id)]
+    # deleting the definition deletes its runs' records and cancels the one still running
+    await scheduler.delete_job_definition(definition_id)
+    assert (await scheduler.list_jobs(ListJobsQuery())).jobs == []
+    for _ in range(100):
+        _, job = await call(broker, "GET", f"/jobs/{third.job_id}", "tok-alice")
+        if job["state"] == "cancelled":
+            break
+        await asyncio.sleep(0.2)
+    assert job["state"] == "cancelled", job
 
 
 def test_the_records_commit_without_waiting_for_the_disk(tmp_path: Path) -> None:
