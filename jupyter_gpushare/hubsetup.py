@@ -13,12 +13,19 @@ It adds:
 * custom scopes ``custom:gpushare:admin``, ``custom:gpushare:act-as-users`` and
   ``custom:gpushare:metrics``, and roles: ``gpushare-broker`` (what the broker needs from the
   hub: read users, groups and servers, stop servers), ``gpushare-spawner`` (act-as-users),
-  ``gpushare-admin`` (for ``admin_users``) and ``access:services!service=gpushare`` added to the
-  ``user`` role so users' own tokens may call the broker;
+  ``gpushare-admin`` (for ``admin_users``), ``gpushare-team-admin`` (the teams' ``admins``
+  named in the policy file) and ``custom:gpushare:use`` added to the ``user`` role so users'
+  own tokens may call the broker's API;
+* the Services menu entry: JupyterHub lists a service to those holding
+  ``access:services!service=gpushare``, so only the two admin roles carry it (everyone else
+  uses the API through ``custom:gpushare:use``): admins open the admin page, team admins
+  their team's page, and nobody else sees the entry. Team admins are read from the policy
+  when the hub starts (a policy reload changes who may open which page at once, the menu
+  at the hub's next start);
 * ``c.Spawner.server_token_scopes``: JupyterHub's default for the server token (the ``server``
   role: ``users:activity!user`` and ``access:servers!server``) plus
-  ``access:services!service=gpushare``, so a single-user server may talk to the broker for
-  its own server only;
+  ``custom:gpushare:use``, so a single-user server may talk to the broker for its own server
+  only;
 * OAuth for the broker's browser pages (``oauth_no_confirm``, and
   ``oauth_client_allowed_scopes`` so an admin's login carries ``custom:gpushare:admin``);
 * ``c.JupyterHub.spawner_class`` (``local``, ``simple``, ``kube`` or ``slurm``) and the environment
@@ -45,7 +52,10 @@ SPAWNERS = {
 SERVICE = "gpushare"
 SPAWNER_SERVICE = "gpushare-spawner"
 ACCESS = f"access:services!service={SERVICE}"
+USE = "custom:gpushare:use"
+"""The broker's API for one's own servers and jobs (every user; not the menu entry)."""
 CUSTOM_SCOPES = {
+    USE: {"description": "Ask for, hold and release GPU shares for one's own servers and jobs."},
     "custom:gpushare:admin": {
         "description": "See and change every GPU grant, drain nodes, reconcile, read metrics.",
     },
@@ -102,6 +112,27 @@ def _tokens(data_dir: str) -> dict[str, str]:
         with os.fdopen(fd, "w") as f:
             json.dump(tokens, f)
     return tokens
+
+
+def team_admins(policy_file: str) -> list[str]:
+    """The users named as ``admins`` of any team in the policy file (sorted, once each).
+
+    Read from the YAML alone (no discovery, no validation: the broker validates the policy
+    and names a bad field); an unreadable file names no one."""
+    import yaml
+
+    try:
+        with open(policy_file, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return []
+    teams = doc.get("teams") if isinstance(doc, dict) else None
+    names: set[str] = set()
+    for team in (teams or {}).values() if isinstance(teams, dict) else ():
+        admins = team.get("admins") if isinstance(team, dict) else None
+        if isinstance(admins, list):
+            names.update(str(a) for a in admins)
+    return sorted(names)
 
 
 def _job_args(c: Any, spawner: str | None, broker_args: Any) -> list[str]:
@@ -176,14 +207,15 @@ def setup_gpushare(
     roles = [
         r
         for r in _cfg_get(c.JupyterHub, "load_roles", [])
-        if r.get("name") not in ("gpushare-broker", "gpushare-spawner", "gpushare-admin")
+        if r.get("name") not in ("gpushare-broker", "gpushare-spawner", "gpushare-admin",
+                                 "gpushare-team-admin")
     ]
     user_role = next((r for r in roles if r.get("name") == "user"), None)
     if user_role is None:
         user_role = {"name": "user", "scopes": ["self"]}
         roles.append(user_role)
-    if ACCESS not in user_role.setdefault("scopes", ["self"]):
-        user_role["scopes"] = [*user_role["scopes"], ACCESS]
+    if USE not in user_role.setdefault("scopes", ["self"]):
+        user_role["scopes"] = [*user_role["scopes"], USE]
     roles.append(
         {
             "name": "gpushare-broker",
@@ -208,13 +240,21 @@ def setup_gpushare(
             "users": list(admin_users),
         }
     )
+    roles.append(
+        {
+            "name": "gpushare-team-admin",
+            "description": "admins of a gpushare team (their team's page and report)",
+            "scopes": [ACCESS],
+            "users": team_admins(policy_file),
+        }
+    )
     c.JupyterHub.load_roles = roles
 
     scopes = _cfg_get(c.Spawner, "server_token_scopes", None)
     if not isinstance(scopes, list):
         scopes = list(DEFAULT_SERVER_TOKEN_SCOPES)
-    if ACCESS not in scopes:
-        scopes = [*scopes, ACCESS]
+    if USE not in scopes:
+        scopes = [*scopes, USE]
     c.Spawner.server_token_scopes = scopes
 
     env = dict(_cfg_get(c.Spawner, "environment", {}))

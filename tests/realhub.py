@@ -11,7 +11,7 @@ API::
         hub.admin_token    # token of the service "test-admin" holding JupyterHub's "admin" role
         hub.api("POST", "/users/alice")                       # -> (status, JSON or None)
         hub.create_user("alice", groups=["vision"])           # user (+ groups, created if missing)
-        hub.token_for("alice", scopes=["access:services!service=gpushare"])  # a user token
+        hub.token_for("alice", scopes=["custom:gpushare:use"])  # a user token
         hub.log_text()     # the hub's log so far (for failure messages)
         hub.server_pid("alice")   # pid of alice's default server, as THIS hub's spawner has it
         hub.server_env("alice")   # that process's environment (checked to belong to this hub)

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.hub, pytest.mark.slow]
 POLICY = REPO / "hub_config" / "gpushare.yaml"
 SERVER_SCOPES = [
     "access:servers!server=alice/",
-    "access:services!service=gpushare",
+    "custom:gpushare:use",
     "users:activity!user=alice",
 ]
 
@@ -99,7 +99,7 @@ def test_setup_wires_service_roles_and_scopes(env: Any) -> None:
     assert status == 200 and svc["name"] == "gpushare"
     status, user = hub.api("GET", "/user", token=toks["alice-srv"])
     assert "access:servers!server=alice/" in user["scopes"]
-    assert "access:services!service=gpushare" in user["scopes"]
+    assert "custom:gpushare:use" in user["scopes"]
     status, ada = hub.api("GET", "/user", token=toks["ada"])
     assert "custom:gpushare:admin" in ada["scopes"]
     status, spawner = hub.api("GET", "/user", token=toks["spawner"])
@@ -272,7 +272,7 @@ def test_running_server_holds_one_grant_and_keeps_it(env: Any) -> None:
     gid = ans["grant"]["id"]
     _start_server(hub, "alice", "g1", "lab-small")
     srv = hub.token_for(
-        "alice", ["access:servers!server=alice/g1", "access:services!service=gpushare"]
+        "alice", ["access:servers!server=alice/g1", "custom:gpushare:use"]
     )
     for token in (t["alice"], srv):
         status, err = client("POST", "/requests", token, {"profile": "lab-small", "server": "g1"})

@@ -74,6 +74,11 @@ class HubClient:
         self._groups[name] = (time.monotonic() + self.groups_ttl_s, groups)
         return groups
 
+    async def group_members(self, group: str) -> list[str] | None:
+        """The users of the hub's group ``group`` (``None``: no such group)."""
+        code, data = await self._call("GET", f"/groups/{quote(group, safe='')}")
+        return sorted(data.get("users") or ()) if code == 200 and data else None
+
     async def stop_server(self, user: str, server: str) -> bool:
         """Ask the hub to stop ``user``'s server (``""`` = default); ``False`` if not running."""
         path = f"/users/{quote(user, safe='')}/server"

@@ -21,15 +21,18 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
+from tornado.log import app_log
 
 from ...core.grant_end import EndKind
 from ...core.model import from_milli
-from ..store.db import grants_table, requests_table
+from ..errors import BrokerError
+from ..store.db import grants_table, jobs_table, requests_table
 from ..store.serial import iso
 from .handler_base import BaseHandler, Context, HealthHandler
 from .pages import PageHandler, admin_page
 from .report_page import ReportPage
+from .team_page import team_routes
 
 if TYPE_CHECKING:
     from ..ops.culler import GPUCuller
@@ -139,11 +142,15 @@ def recent_events(engine: Engine, ids: list[str]) -> dict[str, Any]:
             .where(r.status == "refused").order_by(r.updated_at.desc()).limit(RECENT)
         ).all()
         reasons: dict[str, tuple[str, str]] = {}
+        holders: dict[str, tuple[str, str, str]] = {}
         for k in range(0, len(ids), 500):
-            for rid, reason, code in conn.execute(
-                select(r.id, r.reason, r.code).where(r.id.in_(ids[k:k + 500]))
+            for rid, reason, code, server, kind, profile in conn.execute(
+                select(r.id, r.reason, r.code, r.server, r.kind, r.profile)
+                .where(r.id.in_(ids[k:k + 500]))
             ):
                 reasons[rid] = (reason, code)
+                holders[rid] = (server, kind, profile)
+        jobs = job_names(conn, [h[0] for h in holders.values() if h[1] == "batch"])
     return {
         "preemptions": [
             {"grant_id": x.id, "user": x.username, "team": x.team, "pool": x.pool,
@@ -158,7 +165,19 @@ def recent_events(engine: Engine, ids: list[str]) -> dict[str, Any]:
             for x in refused
         ],
         "reasons": reasons,
+        "holders": {rid: {"server": sv, "kind": kd, "profile": pf, "job_name": jobs.get(sv, "")}
+                    for rid, (sv, kd, pf) in holders.items()},
     }
+
+
+def job_names(conn: Connection, job_ids: list[str]) -> dict[str, str]:
+    """The names users gave the batch jobs ``job_ids`` (a request's server is its job's id)."""
+    names: dict[str, str] = {}
+    j = jobs_table.c
+    for k in range(0, len(job_ids), 500):
+        for jid, name in conn.execute(select(j.id, j.name).where(j.id.in_(job_ids[k:k + 500]))):
+            names[jid] = name or ""
+    return names
 
 
 class AdminOverviewHandler(BaseHandler):
@@ -182,8 +201,10 @@ class AdminOverviewHandler(BaseHandler):
         loop = asyncio.get_running_loop()
         events = await loop.run_in_executor(None, recent_events, broker.engine, ids)
         reasons = events.pop("reasons")
+        holders = events.pop("holders")
         for q in data["queue"]:
             q["reason"], q["code"] = reasons.get(q["request_id"], ("", ""))
+            q.update(holders.get(q["request_id"], {}))
         data.update(events)
         version = getattr(broker, "policy_version", "")  # the broker's own, where it has one
         if not version and self.policy_file:  # else the file's hash, read off the loop
@@ -210,14 +231,37 @@ class AdminPage(PageHandler):
         self.page("GPU sharing: admin", body)
 
 
+class AdminCancelHandler(BaseHandler):
+    """``POST api/v1/admin/requests/{id}/cancel``: an admin cancels someone's waiting request
+    (the admin page's Cancel button), through the broker's own cancel; the log says who
+    cancelled whose request."""
+
+    async def post(self, request_id: str) -> None:
+        self.require(self.identity.admin, "admin only")
+        broker = self.ctx.broker
+        view = broker.get_request(request_id, durable=True)
+        if view is None:
+            raise BrokerError(404, f"no request {request_id}", "request_id")
+        if view["status"] not in ("queued", "preempting"):
+            raise BrokerError(409, f"request {request_id} is {view['status']}, not waiting: "
+                              "only a waiting request is cancelled here", "request_id")
+        broker.cancel(request_id)
+        app_log.warning("gpushare audit: admin %s cancelled request %s of %s (team %s, pool "
+                        "%s, server %s)", self.identity.name, request_id, view["user"],
+                        view.get("team"), view.get("pool"), view.get("server"))
+        await self.settle()
+        self.send(broker.get_request(request_id, durable=True))
+
+
 class RootPage(HealthHandler):
     """``<prefix>``: where the hub's Services menu points. A browser (``Accept: text/html``)
-    is sent to the admin page (which logs it in, or says 403); anything else gets the health
-    answer the root always gave."""
+    is sent to ``home`` (which logs it in, then leads an admin to the admin page and a team
+    admin to the team's page, or says 403); anything else gets the health answer the root
+    always gave."""
 
     def get(self) -> None:
         if "text/html" in self.request.headers.get("Accept", "") and self.login is not None:
-            self.redirect(self.login.base_url + "admin/")
+            self.redirect(self.login.base_url + "home")
             return
         super().get()
 
@@ -231,8 +275,10 @@ def admin_routes(
     api = {"ctx": ctx, "culler": culler, "policy_file": policy_file}
     table: list[tuple[str, type, dict[str, Any]]] = [
         (prefix + "api/v1/admin/overview", AdminOverviewHandler, api),
+        (prefix + r"api/v1/admin/requests/([^/]+)/cancel", AdminCancelHandler, {"ctx": ctx}),
     ]
     if ctx.login is not None:
+        table += team_routes(prefix, ctx)
         table += [
             (prefix + "admin/report", ReportPage, {"ctx": ctx, "kept": OrderedDict()}),
             (prefix + "admin/?", AdminPage, {"ctx": ctx}),
@@ -241,4 +287,6 @@ def admin_routes(
     return table
 
 
-__all__ = ["AdminOverviewHandler", "AdminPage", "admin_routes", "live_overview"]
+__all__ = [
+    "AdminCancelHandler", "AdminOverviewHandler", "AdminPage", "admin_routes", "live_overview",
+]

@@ -13,7 +13,9 @@ to the owner: ``access:servers!server=alice/`` (default server) or
 ``access:servers!user=alice`` (from ``self``). So a token whose scopes name
 ``access:servers!server=<user>/<name>`` and do not grant access to all of the user's servers
 is a server token, and it may act only for that server. ``hubsetup.setup_gpushare`` adds
-``access:services!service=gpushare`` to the server token scopes and to the ``user`` role.
+``custom:gpushare:use`` to the server token scopes and to the ``user`` role (and
+``access:services!service=gpushare``, which also shows the hub's menu entry, to admins and
+team admins only).
 
 Access to the broker at all needs one of ``access:services``,
 ``access:services!service=gpushare`` or a ``custom:gpushare:*`` scope.
@@ -36,6 +38,7 @@ from traitlets.config import LoggingConfigurable
 ADMIN = "custom:gpushare:admin"
 ACT_AS = "custom:gpushare:act-as-users"
 METRICS = "custom:gpushare:metrics"
+USE = "custom:gpushare:use"
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Identity:
 
 
 def service_access(scopes: frozenset[str], service_name: str) -> bool:
-    if scopes & {ADMIN, ACT_AS, METRICS}:
+    if scopes & {ADMIN, ACT_AS, METRICS, USE}:
         return True
     return "access:services" in scopes or f"access:services!service={service_name}" in scopes
 

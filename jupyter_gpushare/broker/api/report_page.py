@@ -1,7 +1,10 @@
-"""The monthly report as a page of the broker, for admins: ``<prefix>admin/report``.
+"""The monthly report as a page of the broker: ``<prefix>admin/report``.
 
-``?month=YYYY-MM`` (default: the previous month, UTC) and ``&format=html|md|csv|json``
-(default html; the others download as a file). The report is the one
+For gpushare admins (every team), and for a team's admins with ``?team=<name>`` (that team
+only: :func:`jupyter_gpushare.report.page.for_team`). ``?month=YYYY-MM`` (default: the
+previous month, UTC). Without ``format`` it is the page (:mod:`jupyter_gpushare.report.page`:
+the recommendation on top, plots, figures rounded for reading, links to every download);
+``&format=html|md|csv|json`` downloads the report as a file. The report is the one
 ``jupyter-gpushare report`` writes, read from the broker's own database with the policy in
 force: a month in progress is reported up to now and labelled partial; for a month that has
 ended, each "buy" or "move" carries what a replay of the recorded month says of it
@@ -16,6 +19,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from typing import Any
+from urllib.parse import urlencode
 
 from sqlalchemy import Engine
 from tornado.log import app_log
@@ -24,12 +28,15 @@ from ...core.ledger import month_bounds
 from ...core.model import Policy
 from ...disposition import attachment
 from ...report import make_report
+from ...report import page as report_page
 from ...report.command import add_replay_checks, previous_month
 from ...report.render import FORMATS, render
 from ...report.source import load_month
+from ..errors import BrokerError
 from ..service.fields import BadField
 from .handler_base import Context
-from .pages import PageHandler, admin_page
+from .pages import PageHandler, logged_in_page
+from .team_page import require_team
 
 CONTENT_TYPES = {
     "html": "text/html; charset=utf-8",
@@ -67,7 +74,8 @@ def parse_month_arg(raw: str | None, now: float) -> tuple[int, int]:
 
 
 class ReportPage(PageHandler):
-    """``<prefix>admin/report``: the monthly report (admins only)."""
+    """``<prefix>admin/report``: the monthly report (admins; a team's admins with
+    ``?team=``)."""
 
     def initialize(  # type: ignore[override]
         self, ctx: Context, kept: OrderedDict[tuple[int, int, str], dict[str, Any]]
@@ -75,20 +83,39 @@ class ReportPage(PageHandler):
         super().initialize(ctx)
         self.kept = kept  # this broker's documents of ended months
 
-    @admin_page
+    @logged_in_page
     async def get(self) -> None:
         broker = self.ctx.broker
+        team = self.get_query_argument("team", None)
+        if team is not None:
+            require_team(broker.policy, self.identity, team)
+        elif not self.identity.admin:
+            raise BrokerError(403, f"{self.identity.name} is not a gpushare admin (a team's "
+                              "admins open their team's report with ?team=<name>)")
         now = broker.clock()
         year, month = parse_month_arg(self.get_query_argument("month", None), now)
-        fmt = self.get_query_argument("format", "html")
-        if fmt not in FORMATS:
+        fmt = self.get_query_argument("format", None)
+        if fmt is not None and fmt not in FORMATS:
             raise BadField("format", f"format must be one of {', '.join(FORMATS)}")
         doc = await self._document(year, month, now)
+        if team is not None:
+            doc = report_page.for_team(doc, team)
+        if fmt is None:
+            self.page(report_page.title(doc), report_page.body(doc, self._links(doc)))
+            return
         self.set_header("Content-Type", CONTENT_TYPES.get(fmt, "text/plain; charset=utf-8"))
-        if fmt != "html":
-            self.set_header("Content-Disposition",
-                            attachment(f"gpushare-report-{year:04d}-{month:02d}.{fmt}"))
-        self.finish(render(doc, fmt))
+        stem = f"gpushare-report-{year:04d}-{month:02d}" + (f"-{team}" if team else "")
+        self.set_header("Content-Disposition", attachment(f"{stem}.{fmt}"))
+        text = report_page.standalone(doc) if team and fmt == "html" else render(doc, fmt)
+        self.finish(text)
+
+    def _links(self, doc: dict[str, Any]) -> dict[str, str]:
+        """The page's downloads: the same month (and team) in every format."""
+        query = {"month": doc["month"]}
+        if doc.get("team"):
+            query["team"] = doc["team"]
+        base = self.prefix + "admin/report?"
+        return {fmt: base + urlencode({**query, "format": fmt}) for fmt in FORMATS}
 
     async def _document(self, year: int, month: int, now: float) -> dict[str, Any]:
         broker = self.ctx.broker
