@@ -463,7 +463,10 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
             if time.monotonic() < next_try:
                 return status
             try:
-                grant = await self.broker.get_grant(gid)
+                # asked once, not retried: the broker may be the hub's own service, which the
+                # hub starts only after this first poll of every server (init_spawners)
+                once = BrokerClient(self.broker_url, self.broker_api_token, retry_window_s=0)
+                grant = await once.get_grant(gid)
             except BrokerError as exc:
                 retry = self.grant_check_retry_s
                 self.__dict__["_gpushare_check_after"] = time.monotonic() + retry
