@@ -391,6 +391,15 @@ def test_a_holder_letting_go_during_its_grace_is_no_violation() -> None:
     assert audit(h).violations == []
 
 
+def test_time_the_broker_was_down_is_not_admission_time() -> None:
+    h = clean()
+    h.rows["grants"][3]["granted_at"] = T0 + 340  # r4 (T0 + 315) waits 25 s
+    with_figures(h)
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    h.record("fault", t=T0 + 316, fault="hub_kill9", target="hub", recovered_s=20.0)
+    assert audit(h).violations == []  # 5 s of it while the broker served
+
+
 def test_a_violation_found_in_a_saved_history_is_found_again_by_replay(tmp_path: Path) -> None:
     h = clean()
     over_allocated_gpu(h)

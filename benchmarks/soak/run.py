@@ -9,6 +9,7 @@ import datetime as dt
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,10 +59,16 @@ def run(args: argparse.Namespace) -> int:
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix=f"gpushare-soak-{seed}-"))
     h = History(seed=seed, settings=settings())
     stack = start(tmp, POLICY, h.settings)
+    code = 2
     try:
-        return drive_and_audit(args, seed, stack, h)
+        code = drive_and_audit(args, seed, stack, h)
+        return code
     finally:
         shutdown(stack, h)
+        if code == 0 and not args.tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:  # the hub's and the broker's logs, the databases and the job folders
+            say(f"stack folder kept: {tmp}")
 
 
 def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: History) -> int:
