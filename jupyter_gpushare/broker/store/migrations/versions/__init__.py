@@ -1,0 +1,1 @@
+"""Alembic revisions of the broker's schema, one per schema version (see the package above)."""
