@@ -14,7 +14,9 @@ policy of 20 teams, logs an admin in through the hub's OAuth in Debian's chromiu
   ``--repeat`` loads; the baseline, in the same run and the same browser, is the hub's own
   ``/hub/home``; the ratio is printed;
 * the first load apart ("cold": the broker reads the month and replays its advice once,
-  then keeps the document of the ended month).
+  then keeps the document of the ended month): its first paint is a page that says the
+  report is being made (it reloads itself until it is ready); the time until the report
+  itself shows is printed beside it.
 
 Target: first paint of the report page <= 1 s.
 """
@@ -166,7 +168,8 @@ c.JupyterHub.log_level = "WARN"
                 page.goto(hub.url + "/services/gpushare/home")  # the broker's OAuth, once
                 page.wait_for_selector("#gpushare-admin", timeout=60000)
                 t0 = time.perf_counter()
-                cold = first_paint_ms(page, report)
+                cold = first_paint_ms(page, report)  # the page saying the month is being made
+                page.wait_for_selector("#gpushare-report", timeout=300000)  # ... then the report
                 cold_wall = time.perf_counter() - t0
                 size = len(page.content())
                 assert page.locator("svg#plot-team-days").count() == 1
@@ -180,7 +183,8 @@ c.JupyterHub.log_level = "WARN"
                   f"{w_med / b_med:.2f} x the hub's home page; target <= 1000 ms: "
                   f"{'OK' if w_med <= 1000 else 'MISSED'}")
             print(f"first load (cold: the month read and its advice replayed once): first "
-                  f"paint {cold:.0f} ms, {cold_wall:.1f} s to load")
+                  f"paint {cold:.0f} ms (a page saying the report is being made), the report "
+                  f"itself shown {cold_wall:.1f} s after the navigation")
     return 0
 
 

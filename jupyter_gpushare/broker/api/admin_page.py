@@ -280,7 +280,8 @@ def admin_routes(
     if ctx.login is not None:
         table += team_routes(prefix, ctx)
         table += [
-            (prefix + "admin/report", ReportPage, {"ctx": ctx, "kept": OrderedDict()}),
+            (prefix + "admin/report", ReportPage,
+             {"ctx": ctx, "kept": OrderedDict(), "making": {}}),
             (prefix + "admin/?", AdminPage, {"ctx": ctx}),
             (prefix + "?", RootPage, {"ctx": ctx}),
         ]

@@ -16,6 +16,7 @@ policy version), since its rows no longer change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from typing import Any
@@ -46,6 +47,12 @@ CONTENT_TYPES = {
 }
 KEPT_MONTHS = 12
 """Documents of ended months kept in memory (per month and policy version)."""
+FRESH_S = 60.0
+"""A month in progress's document is shown for this long, then made again."""
+PAGE_WAIT_S = 0.5
+"""How long the page waits for a document being made before it shows that it is being made
+(and reloads itself until it is ready), so it paints at once even for a large month."""
+PROGRESS_RELOAD_MS = 1000
 
 
 def month_document(engine: Engine, policy: Policy, version: str, year: int, month: int,
@@ -78,10 +85,14 @@ class ReportPage(PageHandler):
     ``?team=``)."""
 
     def initialize(  # type: ignore[override]
-        self, ctx: Context, kept: OrderedDict[tuple[int, int, str], dict[str, Any]]
+        self,
+        ctx: Context,
+        kept: OrderedDict[tuple[int, int, str], dict[str, Any]],
+        making: dict[tuple[int, int, str], asyncio.Task[dict[str, Any]]] | None = None,
     ) -> None:
         super().initialize(ctx)
         self.kept = kept  # this broker's documents of ended months
+        self.making = making if making is not None else {}  # documents being made
 
     @logged_in_page
     async def get(self) -> None:
@@ -97,7 +108,14 @@ class ReportPage(PageHandler):
         fmt = self.get_query_argument("format", None)
         if fmt is not None and fmt not in FORMATS:
             raise BadField("format", f"format must be one of {', '.join(FORMATS)}")
-        doc = await self._document(year, month, now)
+        task = self._making(year, month, now)
+        if fmt is None and not task.done():  # the page paints at once, whatever the month
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), PAGE_WAIT_S)
+            if not task.done():
+                self._progress(year, month, now, team)
+                return
+        doc = await task
         if team is not None:
             doc = report_page.for_team(doc, team)
         if fmt is None:
@@ -117,25 +135,61 @@ class ReportPage(PageHandler):
         base = self.prefix + "admin/report?"
         return {fmt: base + urlencode({**query, "format": fmt}) for fmt in FORMATS}
 
-    async def _document(self, year: int, month: int, now: float) -> dict[str, Any]:
+    def _making(self, year: int, month: int, now: float) -> asyncio.Task[dict[str, Any]]:
+        """The document of the month: kept (an ended month), being made (one task per
+        month and policy version, shared by every load that wants it), or made now."""
         broker = self.ctx.broker
         version = getattr(broker, "policy_version", "") or ""
-        ended = month_bounds(year, month)[1] <= now
         key = (year, month, version)
-        if ended and key in self.kept:
+        loop = asyncio.get_running_loop()
+        if key in self.kept:  # an ended month's, made before
             self.kept.move_to_end(key)
-            return self.kept[key]
+            done: asyncio.Future[dict[str, Any]] = loop.create_future()
+            done.set_result(self.kept[key])
+            return done  # type: ignore[return-value]
+        task = self.making.get(key)
+        if task is not None and not (task.done() and self._stale(task, now)):
+            return task
+        task = asyncio.ensure_future(self._make(key, now))
+        task.made_at = now  # type: ignore[attr-defined]
+        self.making[key] = task
+        return task
+
+    @staticmethod
+    def _stale(task: asyncio.Task[dict[str, Any]], now: float) -> bool:
+        """A month in progress is made again after ``FRESH_S`` (or if making it failed)."""
+        failed = task.cancelled() or task.exception() is not None
+        return failed or now - getattr(task, "made_at", 0.0) > FRESH_S
+
+    async def _make(self, key: tuple[int, int, str], now: float) -> dict[str, Any]:
+        broker = self.ctx.broker
+        year, month, version = key
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        doc = await loop.run_in_executor(None, month_document, broker.engine, broker.policy,
-                                         version, year, month, now)
+        try:
+            doc = await loop.run_in_executor(None, month_document, broker.engine,
+                                             broker.policy, version, year, month, now)
+        except BaseException:
+            app_log.exception("gpushare: report %04d-%02d failed", year, month)
+            raise
         app_log.info("gpushare: report %04d-%02d made in %.1f s", year, month,
-                      time.monotonic() - started)
-        if ended:
+                     time.monotonic() - started)
+        if month_bounds(year, month)[1] <= now:  # ended: its rows no longer change
             self.kept[key] = doc
+            self.making.pop(key, None)
             while len(self.kept) > KEPT_MONTHS:
                 self.kept.popitem(last=False)
         return doc
 
+    def _progress(self, year: int, month: int, now: float, team: str | None) -> None:
+        """The page while its document is made: painted at once, reloaded until ready."""
+        partial = month_bounds(year, month)[1] > now
+        title = f"GPU report {year:04d}-{month:02d}" + (f", team {team}" if team else "")
+        title += " (partial: month in progress)" if partial else ""
+        self.page(title, f"""<p id="report-making" class="period"
+data-partial="{"yes" if partial else "no"}">Making the report of {year:04d}-{month:02d}:
+reading the month's grants, requests and heartbeats{"" if partial else
+" and replaying its advice"}. This page shows it as soon as it is ready.</p>
+<script>setTimeout(() => location.reload(), {PROGRESS_RELOAD_MS});</script>""")
 
 __all__ = ["ReportPage", "month_document", "parse_month_arg"]
