@@ -115,6 +115,8 @@ def test_every_figure_on_the_page_is_the_rows_figure(seed: int) -> None:
         row = re.search(r'<tr data-key="granted_gpu_hours">(.*?)</tr>', table.group(1))
         assert row is not None
         values = [float(v) for v in re.findall(r'data-value="([^"]+)"', row.group(1))]
+        texts = re.findall(r"<td[^>]*>([^<]*)</td>", row.group(1))
+        assert texts and all(t.endswith(" GPU-h") for t in texts), texts  # the unit is named
         names = re.findall(r'<th class="num">([^<]+)</th>', table.group(1))
         assert len(values) == len(names) == len(TEAMS)
         for team, shown in zip(names, values, strict=True):
