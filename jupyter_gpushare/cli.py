@@ -30,6 +30,7 @@ COMMAND_MODULES: list[str] = [
     "jupyter_gpushare.export.command",
     "jupyter_gpushare.grafana.command",
     "jupyter_gpushare.whatif.command",
+    "jupyter_gpushare.broker.store.upgrade_command",
 ]
 """Modules that register subcommands when imported (e.g. "jupyter_gpushare.report")."""
 
