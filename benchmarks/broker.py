@@ -474,7 +474,8 @@ def empty_rss(env: dict[str, str], cmd: list[str], tmp: Path) -> float:
     """Resident memory of the same broker started on an empty database."""
     port = free_port()
     cmd = [c for c in cmd if not c.startswith(("--BrokerApp.db_url=", "--BrokerApp.port="))]
-    cmd += [f"--BrokerApp.db_url=sqlite:///{tmp}/empty.sqlite", f"--BrokerApp.port={port}"]
+    # a database of its own: arms of different schema versions never share one
+    cmd += [f"--BrokerApp.db_url=sqlite:///{tmp}/empty-{port}.sqlite", f"--BrokerApp.port={port}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_listening(proc, port, tmp / "empty.log")
@@ -505,7 +506,12 @@ def copy_db(seeded: str, arm: str, tmp: Path, pg: PgServer | None) -> str:
 
 
 def run_one(
-    name: str, db_url: str, args: argparse.Namespace, tmp: Path, checkout: Path = REPO
+    name: str,
+    db_url: str,
+    args: argparse.Namespace,
+    tmp: Path,
+    checkout: Path = REPO,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One arm: the broker of ``checkout`` (this one, or ``--baseline``) on ``db_url``."""
     tokens = tmp / f"tokens-{name}.json"
@@ -536,10 +542,12 @@ def run_one(
         "--BrokerApp.reconcile_interval_s=0",
         "--BrokerApp.reconcile_min_age_s=0",  # the probed pass checks every live grant
         "--BrokerApp.log_level=WARN",
-        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.api.auth.StaticTokenAuthenticator",
+        # the path from before the broker's rooms, so that a --baseline checkout has it too
+        "--BrokerApp.authenticator_class=jupyter_gpushare.broker.auth.StaticTokenAuthenticator",
         f"--StaticTokenAuthenticator.tokens_file={tokens}",
         f"--BrokerApp.raw_sql={not args.legacy_sql}",
         *args.broker_arg,
+        *extra,
     ]
     t0 = time.perf_counter()
     log = open(tmp / f"broker-{name}.log", "wb")  # noqa: SIM115
@@ -767,6 +775,43 @@ def run_queued(args: argparse.Namespace) -> None:
     print("targets: release + re-decision p99 <= 5 ms and /health p99 < 20 ms with 2,000 queued")
 
 
+def variants(
+    checkouts: list[tuple[str, Path]], args: argparse.Namespace, postgres: bool
+) -> list[tuple[str, Path, tuple[str, ...], str]]:
+    """The arms of one database: (name, checkout, extra broker options, PostgreSQL driver),
+    one per checkout, ``--commit-modes`` value and (PostgreSQL) ``--pg-drivers`` value."""
+    modes = [m for m in args.commit_modes.split(",") if m] or [""]
+    drivers = [d for d in args.pg_drivers.split(",") if d] if postgres else [""]
+    for driver in drivers:
+        if driver not in ("", "psycopg2", "psycopg"):
+            raise SystemExit(f"--pg-drivers: unknown driver {driver!r} (psycopg2, psycopg)")
+    arms = []
+    for arm, checkout in checkouts:
+        for mode in modes:
+            for driver in drivers:
+                name = "/".join(x for x in (arm, mode, driver if len(drivers) > 1 else "") if x)
+                extra = (f"--BrokerApp.commit_mode={mode}",) if mode else ()
+                arms.append((name, checkout, extra, driver))
+    return arms
+
+
+def spread(results: dict[str, dict[str, Any]]) -> None:
+    """Per arm over its --reps runs: median and range of admissions/s and p99 at the rate."""
+    by_arm: dict[str, list[dict[str, Any]]] = {}
+    for label, r in results.items():
+        by_arm.setdefault(" ".join(label.split()[:2]), []).append(r)
+    for arm, runs in by_arm.items():
+        if len(runs) < 2:
+            continue
+        parts = []
+        for key, what, fmt in (("throughput", "admissions/s", "{:.0f}"),
+                               ("rate", "achieved/s", "{:.0f}"), ("p99", "p99 ms", "{:.2f}")):
+            values = sorted(r[key] for r in runs)
+            parts.append(f"{what} {fmt.format(statistics.median(values))} "
+                         f"({fmt.format(values[0])}-{fmt.format(values[-1])})")
+        print(f"{arm}: median (min-max) of {len(runs)} runs: " + ", ".join(parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -854,6 +899,19 @@ def main() -> None:
         "copy of the same seeded database with the same clients, in this run; ratios printed",
     )
     parser.add_argument("--reps", type=int, default=1, help="runs per arm (alternating order)")
+    parser.add_argument(
+        "--commit-modes",
+        default="",
+        help="comma list of BrokerApp.commit_mode values (inline, thread, async, loop): one "
+        "arm each, in this run (default: the broker's own choice, one arm)",
+    )
+    parser.add_argument(
+        "--pg-drivers",
+        default="psycopg2",
+        help="PostgreSQL: comma list of SQLAlchemy drivers (psycopg2, psycopg = psycopg 3): "
+        "one arm each, in this run (the raw writer and its committers drive psycopg2 only: "
+        "with psycopg the broker commits inline through SQLAlchemy)",
+    )
     parser.add_argument("--keep", type=Path, help="work in this folder and leave it there")
     parser.add_argument(
         "--seed-cache",
@@ -905,16 +963,19 @@ def main() -> None:
                     if cached is not None:
                         cached.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(url.removeprefix("sqlite:///"), cached)
+                arms = variants(checkouts, args, postgres=pg is not None)
                 for rep in range(args.reps):
                     # alternate which arm goes first, so neither always meets the warmer box
-                    order = checkouts if rep % 2 == 0 else checkouts[::-1]
-                    for arm, checkout in order:
+                    order = arms if rep % 2 == 0 else arms[::-1]
+                    for arm, checkout, extra, driver in order:
                         label = f"{name} {arm}" + (f" {rep + 1}" if args.reps > 1 else "")
-                        key = label.replace(" ", "-")
-                        db_url = copy_db(url, key, tmp, pg) if args.baseline or \
+                        key = label.replace(" ", "-").replace("/", "-")
+                        db_url = copy_db(url, key, tmp, pg) if len(arms) > 1 or \
                             args.reps > 1 else url
+                        if driver:
+                            db_url = db_url.replace("+psycopg2://", f"+{driver}://")
                         print(f"{label}: running ...", flush=True)
-                        results[label] = run_one(key, db_url, args, tmp, checkout)
+                        results[label] = run_one(key, db_url, args, tmp, checkout, extra)
                         results[label]["seed_s"] = seeded[name]
                         results[label]["arm"] = (name, arm)
             finally:
@@ -1014,6 +1075,7 @@ def main() -> None:
               "(a copy per arm), same clients, same run; ratios of the medians over --reps")
     for n in names:
         print(f"{n} outcomes (closed loop): {results[n]['outcomes']}")
+    spread(results)
     print("targets: p99 < 20 ms and >= 500 admissions/s on SQLite, one core")
     print(f"load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine?)")
 
