@@ -249,6 +249,10 @@ def test_the_admin_page_shows_holders_legend_jobs_and_asks_before_acting(
         # the queue names what waits
         row = page.locator(f'tr[data-request="{carol_rid}"]')
         assert row.locator("td.holder").inner_text() == "carol-train job"
+        # in the reader's local time with its zone, not ISO with microseconds
+        since = row.locator("time")
+        assert (since.get_attribute("datetime") or "")[:19] == world["carol_q"]["created_at"][:19]
+        assert re.search(r"\b(UTC|GMT)", since.inner_text()) and "." not in since.inner_text()
         screenshot(page, "pages-admin-holders-legend-queue")
         # cancel someone's queued request: asked first; "Keep as is" keeps it
         row.locator("button[data-cancel]").click()

@@ -23,6 +23,14 @@
     return out === "-0" ? "0" : out;
   };
   // END n
+  // a time from the broker (ISO 8601, UTC) in the reader's local time, with the zone
+  const when = (iso) => {
+    const d = new Date(iso || "");
+    if (!iso || isNaN(d)) return esc(iso);
+    return `<time datetime="${esc(iso)}">${esc(d.toLocaleString(undefined, {month: "short",
+      day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+      timeZoneName: "short"}))}</time>`;
+  };
   let last = "";
   let error = "";
 
@@ -114,7 +122,7 @@
         `${q.kind === "batch" ? ' <span class="kind">job</span>' : ""}</td>` +
         `<td class="num">${n(q.units, 3)}</td>` +
         `<td>${esc(q.priority)}</td><td>${esc(q.status)}</td><td>${esc(q.reason)}</td>` +
-        `<td>${esc(q.created_at)}</td><td><button data-cancel="${esc(q.request_id)}" ` +
+        `<td>${when(q.created_at)}</td><td><button data-cancel="${esc(q.request_id)}" ` +
         `data-user="${esc(q.user)}" data-what="${esc(q.job_name || q.server || "")}">Cancel` +
         "</button></td></tr>"));
   }
@@ -127,7 +135,7 @@
     root.innerHTML =
       `<p class="meta">Policy version <code id="policy-version">${esc(d.policy_version)}</code>` +
       ` &middot; ${d.grants} live grant(s) &middot; ${busy} of ${total} GPUs in use &middot; ` +
-      `updated <span id="updated">${esc(d.now)}</span>` +
+      `updated <span id="updated">${when(d.now)}</span>` +
       (error ? ` <span class="err">${esc(error)}</span>` : "") + "</p>" +
       // the monthly report as a page (its advice checked by a replay of the month)
       '<p class="meta">Monthly report: <a id="report-link" href="report">last month</a>' +
@@ -141,18 +149,18 @@
       `<h2>GPUs (${total})</h2>${legendHtml(d.teams)}<div id="nodes">${nodesHtml(d.nodes)}</div>` +
       "<h2>Recent preemptions</h2>" + table("preemptions",
         ["at", "user", "team", "pool", "node", "borrowed", "for team", "reason"],
-        d.preemptions.map((p) => `<tr><td>${esc(p.at)}</td><td>${esc(p.user)}</td>` +
+        d.preemptions.map((p) => `<tr><td>${when(p.at)}</td><td>${esc(p.user)}</td>` +
           `<td>${esc(p.team)}</td><td>${esc(p.pool)}</td><td>${esc(p.node)}</td>` +
           `<td>${p.borrowed ? "yes" : "no"}</td><td>${esc(p.by_team)}</td>` +
           `<td>${esc(p.reason)}</td></tr>`)) +
       "<h2>Recent refusals</h2>" + table("refusals",
         ["at", "user", "team", "pool", "code", "reason"],
-        d.refusals.map((r) => `<tr><td>${esc(r.at)}</td><td>${esc(r.user)}</td>` +
+        d.refusals.map((r) => `<tr><td>${when(r.at)}</td><td>${esc(r.user)}</td>` +
           `<td>${esc(r.team)}</td><td>${esc(r.pool)}</td><td>${esc(r.code)}</td>` +
           `<td>${esc(r.reason)}</td></tr>`)) +
       "<h2>GPU idle culler</h2>" + table("culls", ["at", "user", "server", "pool", "event",
                                                      "idle (s)"],
-        d.culls.map((c) => `<tr><td>${esc(c.ts)}</td><td>${esc(c.user)}</td>` +
+        d.culls.map((c) => `<tr><td>${when(c.ts)}</td><td>${esc(c.user)}</td>` +
           `<td>${esc(c.server)}</td><td>${esc(c.pool)}</td><td>${esc(c.event)}</td>` +
           `<td class="num">${n(c.idle_s, 0)}</td></tr>`));
   }
