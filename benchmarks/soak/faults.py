@@ -161,6 +161,10 @@ class Injector(threading.Thread):
         status, users = self.stack.hub.api("GET", "/users", timeout=5)
         if status != 200:
             return False
+        if any(
+            s.get("pending") == "check" for u in users for s in (u.get("servers") or {}).values()
+        ):
+            return False  # the new hub is still checking a server (a stop then answers 500)
         running = {
             f"{u['name']}/{n}": (s.get("user_options") or {}).get("profile", "")
             for u in users

@@ -88,6 +88,17 @@ def render(h: History, out: Outcome) -> str:
             f"  admission p99 during {kind} faults: {percentile(values, 99):.1f} ms "
             f"({len(values)} probes)"
         )
+    excused = [
+        e
+        for e in h.events
+        if e["kind"] == "call" and not e.get("counts", True) and int(e["status"]) >= 500
+    ]
+    if excused:
+        kinds = sorted({f"{e['status']} {e.get('what', e['method'])}" for e in excused})
+        lines.append(
+            f"5xx or no answer during a fault of the part asked (not counted): "
+            f"{len(excused)} ({', '.join(kinds)})"
+        )
     rounds = [e for e in h.events if e["kind"] == "reclaim"]
     if rounds:
         waited = [float(e["owner_waited_s"]) for e in rounds if e.get("admitted")]
