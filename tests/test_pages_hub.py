@@ -351,8 +351,22 @@ def test_the_report_page(hub: Any, world: Any) -> None:
         login(page, hub, "alice")
         resp = page.goto(f"{hub.url}{SVC}admin/report?month={month}&team=vision")
         assert resp is not None and resp.status == 200
-        heads = page.locator("table.figures.teams thead th.num").all_inner_texts()
-        assert set(heads) == {"vision"}, heads
+        # one table of the team, a column per pool, each figure the grant rows' figure
+        table = page.locator("table.figures.team-pools")
+        pools = table.locator("thead th.num").all_inner_texts()
+        assert sorted(pools) == ["debug", "inference", "interactive", "train"], pools
+        until = datetime.fromisoformat(
+            (page.locator("#gpushare-report").get_attribute("data-until") or "").replace(
+                "Z", "+00:00"
+            )
+        ).timestamp()
+        values = table.locator('tr[data-key="granted_gpu_hours"] td').evaluate_all(
+            "els => els.map(e => Number(e.dataset.value))"
+        )
+        for pool, value in zip(pools, values, strict=True):
+            assert value == pytest.approx(
+                granted_gpu_hours(hub, "vision", pool, until), abs=2e-4
+            ), pool
         assert page.locator("table.pools").count() == 0
         body = page.locator("#gpushare-report").inner_text()
         assert "nlp" not in body and "research" not in body

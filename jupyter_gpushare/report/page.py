@@ -231,10 +231,10 @@ def _figures_table(cls: str, names: list[str], rows: list[tuple[str, str, list[A
 
 
 def _label(label: str) -> str:
-    """Column labels without the unit the cell now says (``granted GPU-h`` -> ``granted``)."""
-    for unit in (" GPU-h", " (s)", " (units)"):
-        label = label.replace(unit, "")
-    return label
+    """Column labels for reading: ``(s)`` goes (the cell says ``5 min``), ``(units)``
+    becomes ``GPUs`` and ``GPU-h`` ``GPU-hours`` (so ``guaranteed GPUs`` and ``guaranteed
+    GPU-hours`` stay two rows a reader tells apart)."""
+    return label.replace(" (s)", "").replace(" (units)", " GPUs").replace(" GPU-h", " GPU-hours")
 
 
 def tables(doc: dict[str, Any]) -> str:
@@ -243,7 +243,13 @@ def tables(doc: dict[str, Any]) -> str:
         names = [p["pool"] for p in doc["pools"]]
         rows = [(k, _label(lbl), [p[k] for p in doc["pools"]]) for k, lbl in POOL_COLUMNS]
         out.append("<h2>Pools: demand against capacity</h2>" + _figures_table("pools", names, rows))
-    for pool in dict.fromkeys(t["pool"] for t in doc["teams"]):
+    if doc.get("team"):  # one team: its pools side by side
+        rows_t = [(k, _label(lbl), [t[k] for t in doc["teams"]]) for k, lbl in TEAM_COLUMNS]
+        out.append(
+            f"<h2>Team {escape(doc['team'])} per pool</h2>"
+            + _figures_table("teams team-pools", [t["pool"] for t in doc["teams"]], rows_t)
+        )
+    for pool in () if doc.get("team") else dict.fromkeys(t["pool"] for t in doc["teams"]):
         teams = [t for t in doc["teams"] if t["pool"] == pool]
         rows = [(k, _label(lbl), [t[k] for t in teams]) for k, lbl in TEAM_COLUMNS]
         out.append(
