@@ -37,7 +37,7 @@ from sqlalchemy import update
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from labkit import browser  # noqa: E402
+from labkit import SCREENS, browser  # noqa: E402
 from realhub import free_port, real_hub  # noqa: E402
 
 from jupyter_gpushare.broker.store.db import grants_table, make_engine, requests_table  # noqa: E402
@@ -175,6 +175,10 @@ c.JupyterHub.log_level = "WARN"
                 assert page.locator("svg#plot-team-days").count() == 1
                 base = [first_paint_ms(page, hub.url + "/hub/home") for _ in range(args.repeat)]
                 warm = [first_paint_ms(page, report) for _ in range(args.repeat)]
+                SCREENS.mkdir(parents=True, exist_ok=True)
+                shot = SCREENS / "pages-report-500-gpus.png"
+                page.set_viewport_size({"width": 1700, "height": 1200})
+                page.screenshot(path=str(shot), full_page=True)
             b_med, w_med = statistics.median(base), statistics.median(warm)
             print(f"hub home page (baseline): first paint {b_med:.0f} ms median "
                   f"(min {min(base):.0f}, max {max(base):.0f})")
@@ -182,6 +186,7 @@ c.JupyterHub.log_level = "WARN"
                   f"(min {min(warm):.0f}, max {max(warm):.0f}; {size / 1024:.0f} KiB) = "
                   f"{w_med / b_med:.2f} x the hub's home page; target <= 1000 ms: "
                   f"{'OK' if w_med <= 1000 else 'MISSED'}")
+            print(f"screenshot: {shot}")
             print(f"first load (cold: the month read and its advice replayed once): first "
                   f"paint {cold:.0f} ms (a page saying the report is being made), the report "
                   f"itself shown {cold_wall:.1f} s after the navigation")

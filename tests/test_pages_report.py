@@ -170,7 +170,8 @@ def test_the_queue_wait_chart_shows_one_day_of_data() -> None:
 
 
 def test_axis_ticks_are_round() -> None:
-    assert page_plots.nice_max(3527.5) == 5000
+    assert page_plots.nice_max(3527.5) == 4000
+    assert page_plots.nice_max(2281) == 4000 and page_plots.nice_max(5.0) == 8
     assert page_plots.nice_max(120) == 200
     assert page_plots.nice_max(0) == 1
 

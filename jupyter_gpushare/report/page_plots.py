@@ -19,11 +19,12 @@ GUARANTEE = "#222"
 
 
 def nice_max(value: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 x 10^n at least ``value`` (1 for nothing)."""
+    """The smallest 1, 2, 4 or 8 x 10^n at least ``value`` (1 for nothing): four ticks of
+    a quarter each are round numbers (0.25, 0.5, 1, 2 x 10^n)."""
     if value <= 0:
         return 1.0
     exp = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
+    for step in (1, 2, 4, 8, 10):  # a quarter of each is a round tick
         if step * exp >= value - 1e-12:
             return float(step * exp)
     return float(10 * exp)
