@@ -1,7 +1,8 @@
 """Inline SVG plots of the report page, drawn on the server (no script, no library).
 
-Each plot has round axis ticks (1, 2, 5 x 10^n: ``0 / 500 / 1,000``, never ``3.53e+03``),
-its unit on the axis, a legend in words, and a ``<title>`` per mark for the exact figure.
+Each plot has round axis ticks (quarters of 1, 2, 4 or 8 x 10^n: ``0 / 500 / 1,000``, never
+``3.53e+03``), its unit on the axis, a legend in words, and a ``<title>`` per mark for the
+exact figure.
 """
 
 from __future__ import annotations
