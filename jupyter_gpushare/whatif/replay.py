@@ -268,7 +268,7 @@ class Replay:
     # -- facts --------------------------------------------------------------------------------
 
     def facts(self, now: float, req: Request, retry: bool = False) -> AdmissionFacts:
-        """The broker's :meth:`~jupyter_gpushare.broker.service.lifecycle.LifecycleMixin.facts`.
+        """The broker's :func:`~jupyter_gpushare.broker.service.lifecycle.facts`.
 
         Which teams wait inside their guarantee is read by the core only for a request
         that would borrow (above its own guarantee): for one inside it, the set is left
