@@ -116,6 +116,12 @@ async def main(pairs: int) -> None:
             f"  {figure:22s} ratio jupyter-scheduler / gpushare (medians): {ratio:.3f} "
             f"({(ratio - 1) * 100:+.1f} %; target <= +10 %)"
         )
+        pairs_ms = zip(values["jupyter-scheduler"], values["gpushare"], strict=True)
+        diffs = [(a - b) * 1000 for a, b in pairs_ms]
+        print(
+            f"  {figure:22s} paired difference jupyter-scheduler - gpushare: median "
+            f"{statistics.median(diffs):+.1f} ms over {len(diffs)} pairs"
+        )
 
 
 if __name__ == "__main__":
