@@ -207,8 +207,8 @@
     const c = ev.target.closest("button[data-cancel]");
     if (c) {
       const ok = await confirmAction(`Cancel ${c.dataset.user}'s waiting request` +
-        `${c.dataset.what ? " for " + c.dataset.what : ""}? It leaves the queue and ` +
-        `${c.dataset.user} is told it was cancelled.`, "Cancel the request");
+        `${c.dataset.what ? " for " + c.dataset.what : ""}? It leaves the queue; its status ` +
+        "becomes cancelled.", "Cancel the request");
       if (!ok) return;
       c.disabled = true;
       try {
