@@ -18,7 +18,7 @@ from traitlets.config import Config
 
 from jupyter_gpushare import discovery
 from jupyter_gpushare.broker.client import GPUShare, GrantInfo
-from jupyter_gpushare.policy import load_policy
+from jupyter_gpushare.discovery import load_policy
 
 HUB_CONFIG = Path(__file__).parents[1] / "hub_config"
 
