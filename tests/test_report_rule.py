@@ -7,6 +7,7 @@ November 2026 (H = 720 h), heartbeats at a fixed utilisation.
 from __future__ import annotations
 
 import math
+import re
 
 from jupyter_gpushare.core.ledger import month_bounds
 from jupyter_gpushare.report import make_report
@@ -109,3 +110,14 @@ def test_small_need_is_not_worth_a_move() -> None:
     rows = month(4, {"a": 1, "b": 3}, {"a": 1, "b": 1}, 90.0, queued={"a": 0.25})
     (rec,) = make_report(rows)[1]
     assert rec.action == "neither"
+
+
+def test_the_recommendations_hours_are_written_for_reading() -> None:
+    # 20 GPUs held all month, 5.5 more units waited all month: 14,400 GPU-hours granted and
+    # 3,960 unmet, written with a thousands separator and no decimals (not "14400.0")
+    rows = month(20, {"a": 10, "b": 10}, {"a": 10, "b": 10}, 90.0, queued={"a": 5.5})
+    _, recs, _ = make_report(rows)
+    (rec,) = recs
+    assert rec.figures["unmet_gpu_hours"] == 5.5 * H
+    assert "14,400 GPU-hours were granted, 3,960 GPU-hours of demand" in rec.text
+    assert not re.search(r"\d\.\d\d", rec.text.replace("100.0 %", "")), rec.text

@@ -68,6 +68,11 @@ def _pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.1f} %"
 
 
+def _hours(x: float) -> str:
+    """GPU-hours for reading: thousands separated, whole hours from 100 on, else one decimal."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.1f}"
+
+
 def _team_need(f: TeamPoolFigures, hours: float) -> float:
     if f.unmet_gpu_hours <= 0 and f.borrowed_gpu_hours <= 0:
         return 0.0
@@ -103,7 +108,7 @@ def recommend_pool(
                 pool.pool,
                 "neither",
                 f"Pool {pool.pool} is short ({_pct(occupancy)} of its GPU-hours granted, "
-                f"{unmet:.1f} GPU-hours of demand unmet) but its cards computed only "
+                f"{_hours(unmet)} GPU-hours of demand unmet) but its cards computed only "
                 f"{_pct(pool.utilisation)} of the time they were held: the work is "
                 "data-bound or idle. Fix input pipelines and idle sessions before buying.",
                 figures=figures,
@@ -113,7 +118,8 @@ def recommend_pool(
             pool.pool,
             "buy",
             f"Buy {gpus} GPU(s) for pool {pool.pool}: {_pct(occupancy)} of its "
-            f"{pool.capacity_gpu_hours:.1f} GPU-hours were granted, {unmet:.1f} GPU-hours of "
+            f"{_hours(pool.capacity_gpu_hours)} GPU-hours were granted, "
+            f"{_hours(unmet)} GPU-hours of "
             f"demand waited or were refused, and the cards computed "
             f"{_pct(pool.utilisation)} of the time they were held.",
             gpus=gpus,
@@ -150,7 +156,7 @@ def recommend_pool(
         pool.pool,
         "neither",
         f"Neither buy nor move in pool {pool.pool}: {_pct(pool.occupancy)} of its GPU-hours "
-        f"were granted, {unmet:.1f} GPU-hours of demand were unmet, and no team's guarantee "
+        f"were granted, {_hours(unmet)} GPU-hours of demand were unmet, and no team's guarantee "
         "is both needed elsewhere and unused.",
         figures=figures,
     )
