@@ -93,9 +93,10 @@ class _GPURow(w.VBox):
 
     def __init__(self, **kwargs: Any) -> None:
         self.title = w.HTML()
-        self.memory = w.FloatProgress(min=0.0, max=1.0, description="Your memory")
+        whole = {"description_width": "initial"}  # the label in full, not "Your mem…"
+        self.memory = w.FloatProgress(min=0.0, max=1.0, description="Your memory", style=whole)
         self.memory_text = w.Label()
-        self.util = w.FloatProgress(min=0.0, max=100.0, description="Your compute")
+        self.util = w.FloatProgress(min=0.0, max=100.0, description="Your compute", style=whole)
         self.util_text = w.Label()
         self.card_text = w.HTML()
         super().__init__(

@@ -226,3 +226,34 @@ def test_host_figures_come_from_jupyter_resource_usage_without_polling_it_twice(
         dismiss_news(page)
         screenshot(page, "lab_edges_host_from_resource_usage")
         screenshot(page, "lab_edges_host_statusbar", ".jp-StatusBar-Widget")
+
+
+def test_gpumeter_labels_are_whole(tmp_path: Path, built: Path, chrome: Any) -> None:
+    """Item 13: the GPUMeter widget's bar labels read "Your memory", not "Your mem…"."""
+    nb = {**NOTEBOOK, "cells": [{
+        "cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+        "source": "from jupyter_gpushare.widgets import GPUMeter\nGPUMeter()"}]}
+    args = ["--GPUShareServerApp.watchdog_enabled=False", NO_RESOURCE_USAGE]
+    with start_lab(tmp_path, grant_env(), args) as lab:
+        without_resource_usage_frontend(tmp_path)
+        (lab.root / "meter.ipynb").write_text(json.dumps(nb))
+        page = chrome.new_page(viewport={"width": 1400, "height": 850})
+        page.goto(lab.url("lab/tree/meter.ipynb"))
+        wait_shell(page)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                               timeout=90000)
+        page.locator(".jp-Cell .jp-InputArea-editor").first.click()
+        page.keyboard.press("Shift+Enter")
+        labels = page.locator(".jp-OutputArea .widget-label", has_text="Your")
+        try:
+            labels.first.wait_for(timeout=60000)
+        except Exception:
+            screenshot(page, "lab_edges_gpumeter_failed")
+            raise
+        texts = labels.all_inner_texts()
+        assert "Your memory" in texts and "Your compute" in texts, texts
+        for label in labels.all():
+            cut = label.evaluate("e => e.scrollWidth > e.clientWidth + 1")
+            assert not cut, f"label cut: {label.inner_text()!r}"
+        dismiss_news(page)
+        screenshot(page, "lab_edges_gpumeter_labels", ".jp-OutputArea")

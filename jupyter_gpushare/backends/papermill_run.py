@@ -196,7 +196,12 @@ def run(attempt_dir: Path) -> int:
             error = dict(error, summary=watchdog.message, ename="GPUMemoryLimitExceeded",
                          evalue=watchdog.message)
             code = 1
-        print(f"--- {error.get('summary')} ---", flush=True)
+        if TERMINATED["flag"] and not watchdog.message:
+            # asked to stop (cancel, preemption or the runtime limit), not a crash
+            print("--- stopped on request (SIGTERM): the kernel was shut down; the output "
+                  "notebook keeps the cells run so far ---", flush=True)
+        else:
+            print(f"--- {error.get('summary')} ---", flush=True)
     stack.close()
     watchdog.stop()
     out = spec.get("output_path")

@@ -295,10 +295,19 @@ export class JobsPanelContent {
 
   private openLog(j: IJob): void {
     this.closeLog();
-    this._log = new JobLog(j.id, {
+    const log = new JobLog(j.id, {
       state: () => void this.ctx.watcher.refresh(),
-      end: () => void this.ctx.watcher.refresh()
+      end: () =>
+        void this.ctx.watcher.refresh().then(() => {
+          // the log ends saying how the job ended (cancelled, failed, ...) and when
+          const now = this.ctx.watcher.jobs.find(x => x.id === j.id);
+          if (now && TERMINAL.has(now.state)) {
+            const when = now.ended_at ? localTime(now.ended_at, true) : '';
+            log.append(trans().__('\n[job %1 %2: %3]\n', now.state, when ? `at ${when}` : '', now.reason));
+          }
+        })
     });
+    this._log = log;
     this.render(this.ctx.watcher.jobs);
   }
 

@@ -75,9 +75,9 @@ export class GPUPanelContent {
       this._charts,
       this._hints,
       this._kernels,
-      this._hostBox,
       this._grant,
-      this._team
+      this._team,
+      this._hostBox
     );
     this._hostBox.hidden = true;
     ctx.host?.changed.connect((_, hu) => this.renderHost(hu), this);
@@ -325,7 +325,7 @@ export class GPUPanelContent {
     // three columns that fit the panel: the GPU-hours column is never cut off
     const table = h('table', 'jp-gpushare-table jp-gpushare-team-table');
     table.append(
-      row([t.__('Pool'), t.__('GPUs in use of guaranteed'), t.__('GPU-hours %1', a.usage.month)], 'th')
+      row([t.__('Pool'), t.__('GPUs in use of guaranteed'), t.__('GPU-hours\n%1', a.usage.month)], 'th')
     );
     for (const [pool, p] of Object.entries(a.usage.pools)) {
       const budget = p.gpu_hours_budget;
@@ -354,7 +354,7 @@ export class GPUPanelContent {
     if (!hu) {
       return;
     }
-    const dl = h('dl', 'jp-gpushare-dl');
+    const dl = h('dl', 'jp-gpushare-hostdl');
     const items: [string, string][] = [
       [t.__('CPU'), hu.cpu_pct === null ? t.__('not measured') : t.__('%1 (100 % = one core)', pct(hu.cpu_pct))],
       [

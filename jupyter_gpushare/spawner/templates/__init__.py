@@ -1,6 +1,6 @@
 """Jinja templates that extend JupyterHub's own pages (``c.JupyterHub.template_paths``).
 
-``home.html`` and ``not_running.html`` add why the user's last server went away
+``home.html``, ``not_running.html`` and ``spawn.html`` add why the user's last server went away
 (``GPUShareSpawner.gpushare_stop_message``: preempted for the owning team, or died).
 """
 
