@@ -473,7 +473,8 @@ def open_figures(
 def empty_rss(env: dict[str, str], cmd: list[str], tmp: Path) -> float:
     """Resident memory of the same broker started on an empty database."""
     port = free_port()
-    cmd = [c for c in cmd if not c.startswith(("--BrokerApp.db_url=", "--BrokerApp.port="))]
+    own = ("--BrokerApp.db_url=", "--BrokerApp.port=", "--BrokerApp.commit_mode=")
+    cmd = [c for c in cmd if not c.startswith(own)]  # (async needs PostgreSQL)
     # a database of its own: arms of different schema versions never share one
     cmd += [f"--BrokerApp.db_url=sqlite:///{tmp}/empty-{port}.sqlite", f"--BrokerApp.port={port}"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
