@@ -37,7 +37,7 @@ class Broker:
         self.released: list[str] = []
         self.base_url = "http://broker"
 
-    async def get_grant(self, gid: str) -> GrantInfo:
+    async def get_grant(self, gid: str, retry_window_s: float | None = None) -> GrantInfo:
         self.asked += 1
         if self.failures:
             self.failures -= 1

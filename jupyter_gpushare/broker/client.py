@@ -221,14 +221,16 @@ class BrokerClient:
         query: dict[str, Any] | None = None,
         *,
         ok_statuses: tuple[int, ...] = (),
+        retry_window_s: float | None = None,
     ) -> tuple[int, Any]:
         """Send one request; return ``(status, decoded JSON or None)``.
 
         Non-2xx answers raise :class:`BrokerError` unless listed in ``ok_statuses``. A broker
-        that is down or restarting is tried again within ``retry_window_s`` where that is
-        safe (module docstring).
+        that is down or restarting is tried again within ``retry_window_s`` (this call's, else
+        the client's) where that is safe (module docstring).
         """
-        deadline = time.monotonic() + self.retry_window_s
+        window = self.retry_window_s if retry_window_s is None else retry_window_s
+        deadline = time.monotonic() + window
         delay = self.retry_delay_s
         while True:
             try:
@@ -341,10 +343,14 @@ class BrokerClient:
 
     # ------------------------------------------------------------------ grants
 
-    async def get_grant(self, grant_id: str) -> GrantInfo | None:
-        """The grant, or None if the broker does not know it (any more)."""
+    async def get_grant(
+        self, grant_id: str, *, retry_window_s: float | None = None
+    ) -> GrantInfo | None:
+        """The grant, or None if the broker does not know it (any more); ``retry_window_s``
+        for this call only (0: asked once)."""
         status, data = await self.call(
-            "GET", f"/grants/{quote(grant_id, safe='')}", ok_statuses=(404,)
+            "GET", f"/grants/{quote(grant_id, safe='')}", ok_statuses=(404,),
+            retry_window_s=retry_window_s,
         )
         if status == 404 or not isinstance(data, dict):
             return None

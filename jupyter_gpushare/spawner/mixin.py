@@ -465,8 +465,7 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
             try:
                 # asked once, not retried: the broker may be the hub's own service, which the
                 # hub starts only after this first poll of every server (init_spawners)
-                once = BrokerClient(self.broker_url, self.broker_api_token, retry_window_s=0)
-                grant = await once.get_grant(gid)
+                grant = await self.broker.get_grant(gid, retry_window_s=0)
             except BrokerError as exc:
                 retry = self.grant_check_retry_s
                 self.__dict__["_gpushare_check_after"] = time.monotonic() + retry
