@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import jobnotebooks as nbs
 import pytest
 from labkit import browser, chromium_available, ensure_built, lab_dirs, screenshot
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from realhub import free_port, proxy_available, real_hub
 
 REASON = chromium_available() or (
@@ -150,7 +151,13 @@ def login(chrome: Any, hub: Hub, user: str, path: str = "lab") -> Any:
 
 
 def open_jobs(page: Any) -> Any:
-    page.locator(".jp-LauncherCard", has_text="GPU Jobs").click()  # the launcher tile
+    tile = page.locator(".jp-LauncherCard", has_text="GPU Jobs")
+    try:
+        tile.first.wait_for(timeout=15000)
+    except PlaywrightTimeout:  # a restored workspace opened other tabs: File > New Launcher
+        page.locator(".lm-MenuBar-itemLabel", has_text="File").click()
+        page.locator(".lm-Menu-item", has_text="New Launcher").click()
+    tile.first.click()  # the launcher tile
     panel = page.locator("#jp-gpushare-jobs")
     panel.wait_for(state="visible", timeout=30000)
     return panel
