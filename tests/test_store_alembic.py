@@ -241,8 +241,8 @@ def test_an_old_postgres_database_upgrades_in_place(version: int, postgres: Any)
 
 
 def test_a_failing_revision_leaves_postgres_at_the_one_before(
-    postgres: Any,
-    tmp_path: Path,  # noqa: F811
+    postgres: Any,  # noqa: F811  (the pgserver fixture)
+    tmp_path: Path,
 ) -> None:
     engine = pg_restore(postgres, "broken5", 5)
     try:
