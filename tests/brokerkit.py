@@ -87,13 +87,13 @@ def static_tokens(users: dict[str, list[str]]) -> dict[str, dict[str, Any]]:
 
 
 async def start_broker(
-    policy: Any, db_url: str, tokens: dict[str, Any], **traits: Any
+    policy: Any, db_url: str, tokens: dict[str, Any], port: int | None = None, **traits: Any
 ) -> BrokerApp:
     traits.setdefault("commit_mode", COMMIT_MODE)
     app = BrokerApp(
         policy=policy,
         db_url=db_url,
-        port=free_port(),
+        port=port or free_port(),
         ip="127.0.0.1",
         use_hub=False,
         authenticator_class=StaticTokenAuthenticator,

@@ -102,6 +102,13 @@ class GPUShareServerApp(ExtensionApp):
         once more shortly before the deadline), not only onto the stream.""",
     )
     broker_timeout_s = Float(5.0, config=True, help="Timeout (s) of each broker request.")
+    broker_retry_window_s = Float(
+        10.0, config=True,
+        help="""How long a jobs call from the lab keeps trying a broker that is restarting
+        (seconds; 0: never). A call is sent again when the connection was refused (the broker
+        received nothing) and, for GET and DELETE, when the broker answered 502/503/504 or could
+        not be reached; a POST that reached the broker is never sent twice.""",
+    )
     max_output_bytes = Int(
         256 * 1024 * 1024, config=True,
         help="""Largest executed notebook that GET /gpushare/api/jobs/<id>/output serves from
@@ -172,6 +179,7 @@ class GPUShareServerApp(ExtensionApp):
         web_settings: dict[str, Any] = getattr(getattr(sa, "web_app", None), "settings", {})
         self.service.host_elsewhere = lambda: resource_usage_loaded(web_settings)
         self.settings["gpushare_max_output_bytes"] = int(self.max_output_bytes)
+        self.settings["gpushare_broker_retry_window_s"] = float(self.broker_retry_window_s)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(handlers() + job_handlers() + switch_handlers())

@@ -7,9 +7,12 @@ imports neither, so neither imports the other's module to get it.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import os
 import posixpath
+import time
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -19,6 +22,25 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.iostream import StreamClosedError
 
 AUTH_RESOURCE = "gpushare"
+
+DEFAULT_RETRY_WINDOW_S = 10.0
+RETRY_STATUSES = frozenset({502, 503, 504})
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "DELETE", "PUT"})
+
+
+def refused(exc: BaseException | None) -> bool:
+    """True when the connection was refused: the broker received nothing of the call."""
+    return isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == (
+        errno.ECONNREFUSED
+    )
+
+
+def may_send_again(method: str, status: int, unsent: bool) -> bool:
+    """Whether a call that got ``status`` may be sent again: always when nothing was sent,
+    else only an idempotent method after a 502/503/504 (a POST is never sent twice)."""
+    if unsent:
+        return True
+    return status in RETRY_STATUSES and method.upper() in IDEMPOTENT_METHODS
 
 
 def broker_base() -> str:
@@ -50,12 +72,35 @@ class JobsRelayHandler(ExtensionHandlerMixin, APIHandler):
         headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
         """One call to the broker with this server's token: status, body, headers (a
-        broker that cannot be reached is a 503 naming why)."""
+        broker that cannot be reached is a 503 naming why).
+
+        A broker that is restarting (its supervisor brings it back within seconds) is not an
+        error the user sees: the call is sent again within ``broker_retry_window_s`` where
+        that is safe (:func:`may_send_again`)."""
+        window = float(self.settings.get("gpushare_broker_retry_window_s",
+                                         DEFAULT_RETRY_WINDOW_S))
+        deadline = time.monotonic() + window
+        delay = 0.05
+        base = broker_base()  # none configured: said at once, never retried
+        while True:
+            status, data, got, unsent = await self._broker_once(
+                method, path, body, timeout, headers)
+            if not base or not may_send_again(method, status, unsent):
+                return status, data, got
+            if time.monotonic() + delay > deadline:
+                return status, data, got
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.5)
+
+    async def _broker_once(
+        self, method: str, path: str, body: Any, timeout: float,
+        headers: dict[str, str] | None,
+    ) -> tuple[int, bytes, dict[str, str], bool]:
         base = broker_base()
         json_type = {"Content-Type": "application/json"}
         if not base:
             return 503, json.dumps({"error": "no gpushare broker configured "
-                                    "(GPUSHARE_BROKER_URL)"}).encode(), json_type
+                                    "(GPUSHARE_BROKER_URL)"}).encode(), json_type, False
         req = HTTPRequest(
             base + path, method=method,
             headers={"Authorization": f"token {server_token()}", "Content-Type": "application/json",
@@ -67,13 +112,13 @@ class JobsRelayHandler(ExtensionHandlerMixin, APIHandler):
             resp = await AsyncHTTPClient().fetch(req, raise_error=False)
         except (OSError, HTTPClientError, StreamClosedError) as exc:
             why = json.dumps({"error": f"cannot reach the gpushare broker: {exc}"})
-            return 503, why.encode(), json_type
+            return 503, why.encode(), json_type, refused(exc)
         if resp.code == 599:
             return 503, json.dumps({"error": f"cannot reach the gpushare broker: "
-                                    f"{resp.error}"}).encode(), json_type
+                                    f"{resp.error}"}).encode(), json_type, refused(resp.error)
         got = {k: v for k, v in resp.headers.get_all()}
         got.setdefault("Content-Type", "application/json")
-        return resp.code, resp.body or b"", got
+        return resp.code, resp.body or b"", got, False
 
     async def relay(self, method: str, path: str, body: Any = None) -> None:
         status, data, ctype = await self.broker(method, path, body)
