@@ -329,3 +329,36 @@ async def test_a_job_that_ignores_sigterm_is_killed_at_the_deadline(app: Any) ->
     done = await wait_state(app, "tok-bob", borrowed["id"], {"cancelled", "failed"}, timeout=30)
     assert done["state"] == "cancelled" and time.monotonic() - t1 >= 1.5  # after the grace
     assert not app.broker.state.grants
+
+
+async def test_a_cancel_while_the_run_is_being_started_stops_it(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancel that lands while the backend is still starting the run (no handle to signal
+    yet) is carried out once the run has started: SIGTERM, SIGKILL after the grace, the job
+    cancelled and its grant released. Before, the run started as if nothing had been asked and
+    held its GPU to the end (seen from jupyter-scheduler: deleting a definition right after its
+    run was submitted)."""
+    backend = app.jobs.backend
+    real_submit = backend.submit
+    submitting = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow_submit(spec: Any) -> Any:
+        loop.call_soon_threadsafe(submitting.set)
+        time.sleep(1.5)  # the engine takes its time; the user cancels meanwhile
+        return real_submit(spec)
+
+    monkeypatch.setattr(backend, "submit", slow_submit)
+    status, job = await submit(app, "tok-alice-srv", nbs.stubborn(120))
+    assert status == 201, job
+    await asyncio.wait_for(submitting.wait(), 30)
+    status, asked = await call(app, "DELETE", f"/jobs/{job['id']}", "tok-alice")
+    assert status == 200 and asked["state"] == "admitted", asked  # still being started
+    started = time.monotonic()
+    done = await wait_state(app, "tok-alice", job["id"], {"cancelled", "succeeded", "failed"},
+                            timeout=60)
+    assert done["state"] == "cancelled", done
+    # the stubborn notebook ignores SIGTERM: it ended by the SIGKILL after cancel_grace_s (2 s)
+    assert time.monotonic() - started < 30
+    assert done["grant_id"] is None and not app.broker.state.grants

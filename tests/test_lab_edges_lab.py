@@ -242,14 +242,19 @@ def test_gpumeter_labels_are_whole(tmp_path: Path, built: Path, chrome: Any) -> 
         wait_shell(page)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                timeout=90000)
-        page.locator(".jp-Cell .jp-InputArea-editor").first.click()
-        page.keyboard.press("Shift+Enter")
         labels = page.locator(".jp-OutputArea .widget-label", has_text="Your")
-        try:
-            labels.first.wait_for(timeout=60000)
-        except Exception:
-            screenshot(page, "lab_edges_gpumeter_failed")
-            raise
+        for attempt in range(3):
+            # on a loaded machine a Shift+Enter that lands as the kernel connects can be
+            # dropped (the cell's prompt stays "[ ]", the kernel idle): run it again
+            page.locator(".jp-Cell .jp-InputArea-editor").first.click()
+            page.keyboard.press("Shift+Enter")
+            try:
+                labels.first.wait_for(timeout=30000)
+                break
+            except Exception:
+                if attempt == 2:
+                    screenshot(page, "lab_edges_gpumeter_failed")
+                    raise
         texts = labels.all_inner_texts()
         assert "Your memory" in texts and "Your compute" in texts, texts
         for label in labels.all():

@@ -288,10 +288,15 @@ class JobManager(JobOutcomes):
         now = self.broker.clock()
         data = handle.to_json()
         data["started_at"] = now
+        if job.cancel_requested:  # asked while the run was being started: no handle then
+            data["cancel_at"] = now
         self.store.transition(
             job, JobState.RUNNING, f"running on {self.backend.name} (attempt {job.attempt})",
             handle=data, started_at=job.started_at or now,
         )
+        if job.cancel_requested:  # SIGTERM now, SIGKILL after cancel_grace_s (_enforce_limits)
+            await self.call_backend(self.backend.signal, handle)
+            self.wake.set()
 
     def _run_spec(self, job: Job, grant: Grant) -> RunSpec:
         if self._real_gpus is None:
