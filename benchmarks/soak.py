@@ -44,6 +44,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--hold-min", type=float, default=15.0, help="shortest server session (s)")
     p.add_argument("--hold-max", type=float, default=45.0, help="longest server session (s)")
+    p.add_argument(
+        "--faults", default=None, type=lambda v: [k for k in v.split(",") if k],
+        help="inject only these kinds, comma-separated (default: all); e.g. hub_kill9,hub_term",
+    )
     p.add_argument("--tmp", default=None, help="folder for the stack (default: a new one)")
     p.add_argument("--history", default=None, help="where to keep the history")
     p.add_argument("--keep-history", action="store_true", help="keep it even with 0 violations")

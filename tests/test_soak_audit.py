@@ -438,3 +438,16 @@ def test_the_clean_history_is_not_changed_by_auditing() -> None:
     before = copy.deepcopy(h.to_json())
     audit(h)
     assert h.to_json() == before
+
+
+def test_the_schedule_of_chosen_kinds_holds_only_those_and_names_an_unknown_one() -> None:
+    from soak.faults import KINDS, schedule
+
+    everything = schedule(7, 30, 25)
+    assert {p.kind for p in everything} == set(KINDS)  # the first round has each kind once
+    hubs = schedule(7, 30, 25, ["hub_kill9", "hub_term"])
+    assert {p.kind for p in hubs} == {"hub_kill9", "hub_term"}
+    assert len(hubs) == pytest.approx(len(everything), abs=len(everything) // 4)
+    assert schedule(7, 30, 25, ["hub_kill9"]) == schedule(7, 30, 25, ["hub_kill9"])
+    with pytest.raises(ValueError, match="--faults: unknown kind hub_kill"):
+        schedule(7, 30, 25, ["hub_kill"])

@@ -48,14 +48,21 @@ class Planned:
     hold_s: float  # how long a broken file or a lock lasts
 
 
-def schedule(seed: int, minutes: float, interval_s: float) -> list[Planned]:
-    """Faults from ``warmup`` to a little before the end, ``interval_s`` apart on average."""
+def schedule(
+    seed: int, minutes: float, interval_s: float, kinds: list[str] | None = None
+) -> list[Planned]:
+    """Faults from ``warmup`` to a little before the end, ``interval_s`` apart on average
+    (of ``kinds`` only, when given: ``--faults``, to study one kind's recovery)."""
+    unknown = sorted(set(kinds or []) - set(KINDS))
+    if unknown:
+        raise ValueError(f"--faults: unknown kind {', '.join(unknown)} (known: {', '.join(KINDS)})")
+    weights = {k: w for k, w in KINDS.items() if not kinds or k in kinds}
     rng = random.Random(seed)
-    first = list(KINDS)
+    first = list(weights)
     rng.shuffle(first)
     plan, at = [], min(20.0, minutes * 60 / 6)
     while at < minutes * 60 - 15:
-        kind = first.pop(0) if first else rng.choices(list(KINDS), list(KINDS.values()))[0]
+        kind = first.pop(0) if first else rng.choices(list(weights), list(weights.values()))[0]
         hold = rng.uniform(4, 12) if kind == "policy_broken" else rng.uniform(2, 5)
         plan.append(Planned(round(at, 2), kind, round(hold, 2)))
         at += rng.uniform(0.6, 1.4) * interval_s

@@ -77,7 +77,7 @@ def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: Histor
     people = users(args.users_per_team)
     for name, team in {**people, PROBE[0]: PROBE[1], "boss": "vision"}.items():
         stack.hub.create_user(name, groups=[team])
-    plan = schedule(seed, args.minutes, args.fault_interval)
+    plan = schedule(seed, args.minutes, args.fault_interval, args.faults)
     say(f"soak: {len(plan)} faults planned: {json.dumps(summary_of(plan))}")
     stop, faults = threading.Event(), Faults()
     seats = threading.Semaphore(args.max_servers)
