@@ -114,7 +114,7 @@ def plan_preemption(
     """
     by_node: dict[str, list[Grant]] = {}
     pending: dict[str, list[Grant]] = {}
-    for grant in state.grants_in(request.pool):
+    for grant in state.possible_victims(request.pool):  # none other is ever a candidate
         target = state.preempting.get(grant.id)
         if target == request.id:
             pending.setdefault(grant.placement.node, []).append(grant)

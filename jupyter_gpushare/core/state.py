@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .model import GPU, UNIT, Grant, Node, Placement, Policy, Pool, SharingMode
+from .model import GPU, UNIT, Grant, Kind, Node, Placement, Policy, Pool, SharingMode
 
 
 class CapacityError(ValueError):
@@ -70,6 +70,13 @@ def _capacity(gpu: GPU, pool: Pool, shares: bool) -> int:
     return gpu.memory_mib
 
 
+def could_be_victim(grant: Grant) -> bool:
+    """Whether any request could ever preempt ``grant`` (its flags never change): a borrowed
+    grant, or a preemptible one that is not an interactive server inside its guarantee. The
+    grants :func:`.preemption.is_candidate` accepts are among these, whatever the request."""
+    return grant.borrowed or (grant.preemptible and grant.request.kind is not Kind.INTERACTIVE)
+
+
 class ClusterState:
     """Free capacity per node and GPU, live grants, and usage per team, user and pool."""
 
@@ -90,6 +97,9 @@ class ClusterState:
             self.nodes[node.name] = ns
             self.by_pool[node.pool].append(ns)
         self.grants: dict[str, Grant] = {}
+        # per pool, the grants some request could ever preempt (see could_be_victim), in the
+        # order they were applied: the preemption planner reads these, not every grant
+        self.victims_by_pool: dict[str, dict[str, Grant]] = defaultdict(dict)
         self.usage: dict[tuple[str, str], int] = defaultdict(int)  # (team, pool) -> milli
         self.borrowed: dict[tuple[str, str], int] = defaultdict(int)
         self.user_usage: dict[tuple[str, str], int] = defaultdict(int)  # (user, pool) -> milli
@@ -142,11 +152,14 @@ class ClusterState:
             self.borrowed[key] += grant.units_milli
         self.user_usage[(grant.user, grant.pool)] += grant.units_milli
         self.grants[grant.id] = grant
+        if could_be_victim(grant):
+            self.victims_by_pool[grant.request.pool][grant.id] = grant
         self._changed(grant.placement.node)
 
     def release(self, grant_id: str) -> Grant:
         """Forget a grant and return it; raises ``KeyError`` if unknown."""
         grant = self.grants.pop(grant_id)
+        self.victims_by_pool[grant.request.pool].pop(grant_id, None)
         ns = self.nodes[grant.placement.node]
         req = grant.request
         ns.free_cpu += req.cpu_milli
@@ -192,6 +205,11 @@ class ClusterState:
 
     def grants_in(self, pool: str) -> list[Grant]:
         return [g for g in self.grants.values() if g.pool == pool]
+
+    def possible_victims(self, pool: str) -> list[Grant]:
+        """The grants of ``pool`` that some request could preempt (:func:`could_be_victim`),
+        in the order they were applied (a subsequence of :meth:`grants_in`)."""
+        return list(self.victims_by_pool.get(pool, {}).values())
 
     def team_used(self, team: str, pool: str) -> int:
         return self.usage.get((team, pool), 0)
