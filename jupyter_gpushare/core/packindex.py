@@ -54,7 +54,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .fragmentation import FragTable, Shape, Workload
+from .fragmentation import Shape, Workload
+from .fragtable import KindFragTable
 from .model import UNIT, Request
 from .packrows import NodeView, Row, RowTable, head_row
 from .scarcity import scarcity_of
@@ -113,7 +114,7 @@ class PoolIndex:
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
         self.scarcity = scarcity_of(nodes)
-        self.table = FragTable(self._target())
+        self.table = KindFragTable(self._target())
         self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[NodeView] = []
@@ -157,7 +158,7 @@ class PoolIndex:
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
-        old, self.table = self.table, FragTable(self._target())
+        old, self.table = self.table, KindFragTable(self._target())
         scale = _starvation_scale(self.workload, self.cpu_per_gpu)
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
@@ -364,7 +365,12 @@ class PoolIndex:
         it, as of ``stamp`` (the clock then). Nodes unchanged since keep their rank;
         changed ones and the heads of untouched kinds (a new head may take over without
         changing itself) are scored again: never more than the full scan would score,
-        however old the list. Returns ``_MISS`` when the list proves nothing.
+        however old the list. Returns ``_MISS`` when the list proves nothing, and ``None``
+        when it proves that no node has room: with no bound (the last full scan found at
+        most ``_short_len()`` nodes fitting all but RAM) the list is every node that fits
+        all but RAM, so when none of it has the RAM, the full scan would find none (late
+        in a full cluster, most requests of a shape that failed once fail again: without
+        this, each was a full scan).
         """
         since = cached.stamp
         changed: set[int] = set()
@@ -391,7 +397,8 @@ class PoolIndex:
         for e in merged:
             if e[1] >= mem:
                 return e
-        return _MISS
+        # a list that holds every node fitting all but RAM (no bound) proves none has room
+        return None if bound == float("inf") else _MISS
 
     def _scan(
         self,

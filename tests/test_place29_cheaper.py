@@ -1,0 +1,90 @@
+"""Cheaper packing decisions that change no decision (issue 29, decision p99 at scale).
+
+* :class:`~jupyter_gpushare.core.fragtable.KindFragTable` computes every fragmentation and
+  hostable share bit for bit as :class:`~jupyter_gpushare.core.fragmentation.FragTable`;
+* a shape whose short list is every node that fits it (no bound) answers "nothing has
+  room" from that list, without a full scan (late in a full cluster most requests of a
+  shape that failed fail again); that answer is the full scan's
+  (``test_shape_short_lists_answer_what_the_full_scan_would`` checks every decision).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_placement import grant_for, make_request, make_state
+
+import jupyter_gpushare.core.placement as placement_mod
+from jupyter_gpushare.core.fragmentation import FragTable, target_shapes
+from jupyter_gpushare.core.fragtable import KindFragTable
+from jupyter_gpushare.core.packrows import RowTable
+from jupyter_gpushare.core.placement import place
+
+shape_st = st.tuples(
+    st.sampled_from([0, 1000, 2500, 4000, 8000, 12000]),
+    st.sampled_from([0, 50, 125, 250, 333, 500, 1000]),
+    st.integers(1, 8),
+    st.sampled_from([(), ("T4",), ("V100", "A10"), ("A10",), ("T4", "A10")]),
+).map(lambda s: (s[0], s[1], (s[2] if s[1] == 1000 else 1) if s[1] else 0, s[3] if s[1] else ()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(shape_st, st.integers(1, 50), min_size=1, max_size=24),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T4", "V100", "A10", "P100"]),
+            st.integers(0, 16000),
+            st.lists(st.integers(0, 1000), max_size=8),
+        ),
+        max_size=30,
+    ),
+)
+def test_kind_table_computes_exactly_what_the_plain_table_does(counts: dict, nodes: list) -> None:
+    shapes = target_shapes(Counter(counts))
+    plain, kind = FragTable(shapes), KindFragTable(shapes)
+    assert kind.cpu_levels == plain.cpu_levels
+    for model, cpu_free, free in nodes:
+        gpus = tuple(sorted(free))
+        level = plain.level(cpu_free)
+        # ==, not approximately: the ranking rounds these to steps, so a last bit matters
+        assert kind.frag(model, level, gpus) == plain.frag(model, level, gpus)
+        assert kind.hostable(model, level, gpus) == plain.hostable(model, level, gpus)
+
+
+def test_a_shape_that_found_no_room_is_refused_again_without_a_full_scan() -> None:
+    # two 1-GPU nodes with 8 cores each; the 4-core whole-GPU shape fills both
+    state = make_state([(1, "T4", 8000, 262144), (1, "T4", 8000, 262144)], 0.0)
+    scans: list[int] = []
+    rows_for = RowTable.rows_for
+
+    def counted(self, milli, cpu, heads):  # type: ignore[no-untyped-def]
+        scans.append(milli)
+        return rows_for(self, milli, cpu, heads)
+
+    RowTable.rows_for = counted  # type: ignore[method-assign]
+    try:
+        for i in range(2):
+            request = make_request(i, "whole", 1, 4000, 1024, ())
+            got = place(state, request)
+            assert got is not None
+            state.apply(grant_for(i, request, got))
+        # both GPUs are taken: refused, by a full scan the first time
+        refused = make_request(2, "whole", 1, 4000, 1024, ())
+        assert place(state, refused) is None
+        before = len(scans)
+        for i in range(3, 8):  # the same shape again, nothing changed: refused from its list
+            # (observe=False: a request counted would soon make a new target, a full scan)
+            assert place(state, make_request(i, "whole", 1, 4000, 1024, ()), observe=False) is None
+        assert len(scans) == before
+        # a release changes a node: rescored from the list, and placed there
+        state.release(sorted(state.grants)[0])
+        again = place(state, make_request(9, "whole", 1, 4000, 1024, ()), observe=False)
+        assert again is not None
+        assert len(scans) == before
+    finally:
+        RowTable.rows_for = rows_for  # type: ignore[method-assign]
+    pidx = placement_mod._index(state).pools["shared"]
+    assert type(pidx.table) is KindFragTable
