@@ -169,9 +169,11 @@ class GPUShareScheduler(Scheduler):
                 fields["job_id"] = job_id
             row = Job(**fields, status=status, status_message=message)
             session.add(row)
+            session.flush()  # the row's defaults, read below before the commit expires them
+            described = DescribeJob.from_orm(row)  # (after it, reading them is a query more)
             session.commit()
-            staging = self.get_staging_paths(DescribeJob.from_orm(row))
-            stored_id = str(row.job_id)
+            staging = self.get_staging_paths(described)
+            stored_id = str(described.job_id)
         with fsspec.open(staging["input"], "w", encoding="utf-8") as f:
             json.dump(notebook, f)
         return stored_id
