@@ -29,7 +29,9 @@ It adds:
 * OAuth for the broker's browser pages (``oauth_no_confirm``, and
   ``oauth_client_allowed_scopes`` so an admin's login carries ``custom:gpushare:admin``);
 * ``c.JupyterHub.spawner_class`` (``local``, ``simple``, ``kube`` or ``slurm``) and the environment
-  ``GPUSHARE_BROKER_URL`` of single-user servers.
+  ``GPUSHARE_BROKER_URL`` of single-user servers;
+* ``c.JupyterHub.init_spawners_timeout = 1`` unless set (:data:`INIT_SPAWNERS_TIMEOUT_S`): a
+  restarted hub starts the broker after at most a second of checking servers, not ten.
 
 The two service tokens are kept in ``gpushare_tokens.json`` in ``data_dir`` (default: the
 directory of the hub's SQLite database, else the working directory) so they survive restarts.
@@ -75,6 +77,12 @@ BROKER_HUB_SCOPES = [
     "delete:servers",
     "servers",
 ]
+# The hub starts its managed services, the broker among them, only once init_spawners is done
+# or has taken this long; JupyterHub's default (10 s) is what a restarted hub waits for a server
+# that was starting when the old hub died (its jupyterhub-singleuser cannot finish starting
+# until the hub answers), and meanwhile no one can spawn and no grant can be checked. Servers
+# still being checked show "pending check" and finish in the background.
+INIT_SPAWNERS_TIMEOUT_S = 1
 # JupyterHub's default server token scopes (the 'server' role in jupyterhub/roles.py)
 DEFAULT_SERVER_TOKEN_SCOPES = ["users:activity!user", "access:servers!server"]
 
@@ -270,6 +278,8 @@ def setup_gpushare(
 
     if spawner:
         c.JupyterHub.spawner_class = SPAWNERS.get(spawner, spawner)
+    if _cfg_get(c.JupyterHub, "init_spawners_timeout", None) is None:
+        c.JupyterHub.init_spawners_timeout = INIT_SPAWNERS_TIMEOUT_S
     c.GPUShareSpawner.broker_url = api_url
     c.GPUShareSpawner.broker_api_token = tokens["spawner"]
     return {"service_url": service_url, "api_url": api_url, "tokens": tokens, "db_url": db_url}

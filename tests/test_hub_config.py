@@ -143,3 +143,23 @@ async def test_z2jh_values_extra_config_loads_and_builds_a_valid_pod(tmp_path, m
 def test_values_have_hub_sections(key):
     values = yaml.safe_load((HUB_CONFIG / "z2jh-values.yaml").read_text())
     assert values["hub"][key]
+
+
+def test_a_restarted_hub_checks_servers_for_a_second_before_starting_the_broker(tmp_path):
+    """The broker is the hub's managed service, started once init_spawners is done or its
+    timeout passed; a server that was starting when the hub died holds that for the whole
+    timeout (JupyterHub's 10 s: the soak harness measured 16.9 s to a hub that answers)."""
+    from jupyter_gpushare.hubsetup import INIT_SPAWNERS_TIMEOUT_S, setup_gpushare
+
+    policy = Path(__file__).resolve().parent.parent / "hub_config" / "gpushare.yaml"
+    c = Config()
+    setup_gpushare(c, str(policy), data_dir=str(tmp_path))
+    assert c.JupyterHub.init_spawners_timeout == INIT_SPAWNERS_TIMEOUT_S == 1
+    mine = Config()
+    mine.JupyterHub.init_spawners_timeout = 30  # an admin's own value stays
+    setup_gpushare(mine, str(policy), data_dir=str(tmp_path))
+    assert mine.JupyterHub.init_spawners_timeout == 30
+    zero = Config()
+    zero.JupyterHub.init_spawners_timeout = 0  # 0 is a value (no waiting at all), not unset
+    setup_gpushare(zero, str(policy), data_dir=str(tmp_path))
+    assert zero.JupyterHub.init_spawners_timeout == 0
