@@ -145,15 +145,23 @@ class Injector(threading.Thread):
         down = time.time() - t0
         self.stack.relaunch_hub()
         answers = time.time() - t0
-        while not (self.stack.broker_healthy(0.5) and self.consistent()):
-            if time.time() - t0 > RECOVERY_LIMIT_S:
+        waited: dict[str, float] = {}  # what kept it inconsistent, and for how long
+        while True:
+            t = time.time()
+            why = "the broker does not answer" if not self.stack.broker_healthy(0.5) else (
+                self.inconsistency())
+            if not why or t - t0 > RECOVERY_LIMIT_S:
                 break
             time.sleep(0.2)
+            waited[why] = waited.get(why, 0.0) + time.time() - t
         took = time.time() - t0
         self.faults.close(w, grace=5.0)
+        spent = "; ".join(f"{why}: {s:.1f} s" for why, s in sorted(
+            waited.items(), key=lambda kv: -kv[1]))
         return (
             f"hub pid {proc.pid} (gone after {down:.1f} s, the new hub answered after "
-            f"{answers:.1f} s, broker and grants consistent after {took:.1f} s)"
+            f"{answers:.1f} s, broker and grants consistent after {took:.1f} s"
+            + (f"; waited for: {spent}" if spent else "") + ")"
         ), took
 
     def hub_kill9(self, p: Planned) -> tuple[str, float | None]:
@@ -163,15 +171,20 @@ class Injector(threading.Thread):
         return self._hub(signal.SIGTERM)
 
     def consistent(self) -> bool:
-        """Every ready GPU server holds one live grant and no server grant is without its
-        server: the hub's API against the database's rows."""
+        return not self.inconsistency()
+
+    def inconsistency(self) -> str:
+        """What is not yet consistent ("" when every ready GPU server holds one live grant and
+        no server grant is without its server: the hub's API against the database's rows)."""
         status, users = self.stack.hub.api("GET", "/users", timeout=5)
         if status != 200:
-            return False
-        if any(
-            s.get("pending") == "check" for u in users for s in (u.get("servers") or {}).values()
-        ):
-            return False  # the new hub is still checking a server (a stop then answers 500)
+            return f"the hub's user list answers {status}"
+        checking = sorted(
+            f"{u['name']}/{n}" for u in users for n, s in (u.get("servers") or {}).items()
+            if s.get("pending") == "check"
+        )
+        if checking:  # the new hub is still checking a server (a stop then answers 500)
+            return f"the hub still checks {', '.join(checking)}"
         running = {
             f"{u['name']}/{n}": (s.get("user_options") or {}).get("profile", "")
             for u in users
@@ -185,7 +198,12 @@ class Injector(threading.Thread):
                 live[key] = live.get(key, 0) + 1
         gpu = self.h.policy["profiles"]
         want = {k: 1 for k, prof in running.items() if gpu.get(prof, {}).get("units")}
-        return live == want
+        if live == want:
+            return ""
+        extra = sorted(k for k in live if live[k] != want.get(k))
+        missing = sorted(k for k in want if k not in live)
+        return "grants against servers: " + ", ".join(
+            [f"{k} holds {live[k]}" for k in extra] + [f"{k} holds none" for k in missing])
 
     # -- a single-user server ------------------------------------------------------------
 
