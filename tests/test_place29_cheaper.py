@@ -88,3 +88,40 @@ def test_a_shape_that_found_no_room_is_refused_again_without_a_full_scan() -> No
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
     pidx = placement_mod._index(state).pools["shared"]
     assert type(pidx.table) is KindFragTable
+
+
+def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
+    """A full scan keeps ``_RESERVE`` times the short list's length of its best nodes: as the
+    short list's nodes fill up, the next ones come from the reserve, without a full scan,
+    and they are the ones a full scan would pick (every decision here: the next node)."""
+    import jupyter_gpushare.core.packindex as packindex
+    from jupyter_gpushare.core.placement import place_on_node
+
+    state = make_state([(2, "T4", 32000, 262144)] * 6, 0.0)
+    for i, name in enumerate(sorted(state.nodes)):  # one GPU of two taken on every node
+        request = make_request(100 + i, "whole", 1, 1000, 1024, ())
+        state.apply(grant_for(100 + i, request, place_on_node(state.nodes[name], request)))
+    scans: list[int] = []
+    rows_for = RowTable.rows_for
+
+    def counted(self, milli, cpu, heads):  # type: ignore[no-untyped-def]
+        scans.append(milli)
+        return rows_for(self, milli, cpu, heads)
+
+    short = packindex._SHORT_LIST
+    packindex._SHORT_LIST = 1  # a list of one node: it runs out at every placement
+    RowTable.rows_for = counted  # type: ignore[method-assign]
+    try:
+        nodes = []
+        for i in range(6):
+            request = make_request(i, "whole", 1, 1000, 1024, ())
+            got = place(state, request, observe=i == 0)  # (one target: no new one midway)
+            assert got is not None
+            nodes.append(got.node)
+            state.apply(grant_for(i, request, got))
+        assert nodes == sorted(state.nodes)  # same nodes, same order: lowest position first
+        # one full scan for the first; the reserve (4 nodes) serves the next four
+        assert len(scans) == 2
+    finally:
+        RowTable.rows_for = rows_for  # type: ignore[method-assign]
+        packindex._SHORT_LIST = short

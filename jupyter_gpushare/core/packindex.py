@@ -136,6 +136,7 @@ class PoolIndex:
         # (fragmentation, share not hostable) per signature * stride + CPU level: _floor
         self._floors: dict[int, tuple[float, float]] = {}
         self._dropped: list[dict] = []  # memos of old targets, freed bit by bit
+        self._last_cut = float("inf")  # a ranked scan's cut when it ended (see _from_cache)
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
             kind = (
@@ -336,15 +337,17 @@ class PoolIndex:
                 return self._candidate(hit)  # type: ignore[arg-type]
         scored: list[_Scored] = []
         rows = self.rows.rows_for(milli, cpu, self._kind_heads())
-        found = self._scan(rows, shape, mem, scored, ordered=_ORDERED)
         keep = self._short_len()
-        if len(scored) > keep:
-            short = heapq.nsmallest(keep + 1, scored)
-            bound = short[-1][0]
-            short.pop()
+        most = keep * _RESERVE  # the short list and its reserve
+        found = self._scan(rows, shape, mem, scored, ordered=_ORDERED, size=most + 1)
+        if len(scored) > most:
+            ranked = heapq.nsmallest(most + 1, scored)
+            rbound = ranked.pop()[0]
         else:
-            short, bound = sorted(scored), float("inf")
-        self._cache[shape] = _Cached(stamp, bound, short)
+            ranked, rbound = sorted(scored), float("inf")
+        bound = ranked[keep][0] if len(ranked) > keep else rbound
+        reserve = {e[2].pos: (e, stamp) for e in ranked[keep:]}
+        self._cache[shape] = _Cached(stamp, bound, ranked[:keep], rbound, reserve)
         return self._candidate(found[0] if found else None)
 
     def _short_len(self) -> int:
@@ -384,21 +387,63 @@ class PoolIndex:
         merged: list[_Scored] = [
             e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
         ]
-        self._scan(rows, shape, mem, merged)
+        rescored: list[_Scored] = []
+        self._scan(rows, shape, mem, rescored)
+        now, bound = self.clock, cached.bound
+        # the rescored rows are complete below the scan's last cut (see _scan)
+        rbound = min(cached.rbound, self._last_cut)
+        bound = min(bound, rbound)
+        reserve = cached.reserve
+        for e in rescored:
+            if e[0] < bound:
+                merged.append(e)
+            elif e[0] < rbound:
+                reserve[e[2].pos] = (e, now)
         merged.sort()
-        bound = cached.bound
         while merged and merged[-1][0] >= bound:
             merged.pop()
         keep = self._short_len()
         if len(merged) > keep:
             bound = merged[keep][0]
+            for e in merged[keep:]:
+                if e[0] < rbound:
+                    reserve[e[2].pos] = (e, now)
             del merged[keep:]
-        cached.stamp, cached.bound, cached.short = self.clock, bound, merged
+        cached.stamp, cached.bound, cached.short, cached.rbound = now, bound, merged, rbound
         for e in merged:
             if e[1] >= mem:
                 return e
+        if reserve:
+            return self._refill(cached, merged, fresh, mem)
         # a list that holds every node fitting all but RAM (no bound) proves none has room
-        return None if bound == float("inf") else _MISS
+        return None if rbound == float("inf") else _MISS
+
+    def _refill(
+        self, cached: _Cached, short: list[_Scored], fresh: set[int], mem: int
+    ) -> _Scored | None | object:
+        """The short list has no node with room: take the reserve's valid entries into it.
+
+        A reserve entry is valid when made in this lookup, or when its node has not changed
+        since it was made and is not untouched (an untouched node is scored only as the
+        head of its kind, and every head was scored again in this lookup).
+        """
+        now, changed, rbound = self.clock, self.changed, cached.rbound
+        ranked = list(short)
+        for e, made in cached.reserve.values():
+            pos = e[2].pos
+            if e[0] >= rbound:
+                continue  # (below its rank the list is no longer known complete)
+            if made == now or (pos not in fresh and not e[2].pristine and changed[pos] <= made):
+                ranked.append(e)
+        ranked.sort()
+        keep = self._short_len()
+        cached.short = ranked[:keep]
+        cached.bound = ranked[keep][0] if len(ranked) > keep else cached.rbound
+        cached.reserve = {e[2].pos: (e, now) for e in ranked[keep:]}
+        for e in ranked:
+            if e[1] >= mem:
+                return e
+        return None if cached.rbound == float("inf") else _MISS
 
     def _scan(
         self,
@@ -408,6 +453,7 @@ class PoolIndex:
         scored: list[_Scored] | None,
         prune: bool = True,
         ordered: bool = False,
+        size: int = 0,
     ) -> list[_Scored]:
         """Rank ``rows``; returns [the best one with room for ``mem``] or [].
 
@@ -450,7 +496,8 @@ class PoolIndex:
         keep = scored is not None
         # with ``scored``: the ranks of the best ``size`` rows so far, negated (a max-heap);
         # a row ranked at or above the worst of them cannot make the short list
-        size = self._short_len() + 1 if keep else 0
+        if keep and not size:
+            size = self._short_len() + 1
         top: list[float] = []
         prune = prune and _PRUNE
         cut = inf  # a row ranked at or above this is of no use
@@ -514,6 +561,7 @@ class PoolIndex:
                 best_rank, best = rank, (rank, free_mem, view, hit[1])
                 if prune:
                     cut = rank
+        self._last_cut = cut if keep and prune else inf
         return [best] if best is not None else []
 
 
@@ -592,8 +640,17 @@ _MISS = object()
 
 @dataclass
 class _Cached:
-    """A shape's short list: its best nodes as of ``stamp``, all those ranked below ``bound``."""
+    """A shape's short list: its best nodes as of ``stamp``, all those ranked below ``bound``;
+    and its reserve: with the short list, every node ranked below ``rbound`` (by position:
+    the entry and the clock when it was made; an entry whose node changed since is stale)."""
 
     stamp: int
     bound: float
     short: list[_Scored]
+    rbound: float
+    reserve: dict[int, tuple[_Scored, int]]
+
+
+_RESERVE = 4
+"""A full scan keeps ``_RESERVE`` times the short list's length of its best nodes: when the
+short list runs out, the next ones come from the rest without a full scan."""
