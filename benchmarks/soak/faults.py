@@ -174,8 +174,9 @@ class Injector(threading.Thread):
         return not self.inconsistency()
 
     def inconsistency(self) -> str:
-        """What is not yet consistent ("" when every ready GPU server holds one live grant and
-        no server grant is without its server: the hub's API against the database's rows)."""
+        """What is not yet consistent ("" when the hub checks no server any more, every ready
+        GPU server holds exactly one live grant and no ready CPU-only server holds one: the
+        hub's API against the database's rows)."""
         status, users = self.stack.hub.api("GET", "/users", timeout=5)
         if status != 200:
             return f"the hub's user list answers {status}"
@@ -197,13 +198,16 @@ class Injector(threading.Thread):
                 key = f"{g['username']}/{g['server']}"
                 live[key] = live.get(key, 0) + 1
         gpu = self.h.policy["profiles"]
-        want = {k: 1 for k, prof in running.items() if gpu.get(prof, {}).get("units")}
-        if live == want:
-            return ""
-        extra = sorted(k for k in live if live[k] != want.get(k))
-        missing = sorted(k for k in want if k not in live)
-        return "grants against servers: " + ", ".join(
-            [f"{k} holds {live[k]}" for k in extra] + [f"{k} holds none" for k in missing])
+        wanted = {k for k, prof in running.items() if gpu.get(prof, {}).get("units")}
+        # a grant of a server that is not ready is a spawn or a stop under way (the users go on
+        # during the recovery); that no grant outlives its holder is the audit's to check
+        wrong = sorted(
+            [f"{k} holds none" for k in wanted if k not in live]
+            + [f"{k} holds {n}" for k, n in live.items() if n > 1]
+            + [f"{k} (no GPU) holds {n}" for k, n in live.items() if k in running
+               and k not in wanted]
+        )
+        return ("grants against servers: " + ", ".join(wrong)) if wrong else ""
 
     # -- a single-user server ------------------------------------------------------------
 
