@@ -91,9 +91,10 @@ def test_a_shape_that_found_no_room_is_refused_again_without_a_full_scan() -> No
 
 
 def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
-    """A full scan keeps ``_RESERVE`` times the short list's length of its best nodes: as the
-    short list's nodes fill up, the next ones come from the reserve, without a full scan,
-    and they are the ones a full scan would pick (every decision here: the next node)."""
+    """A full scan (but a shape's first after a new target) keeps ``_RESERVE`` times the
+    short list's length of its best nodes: as the short list's nodes fill up, the next ones
+    come from the reserve, without a full scan, and they are the ones a full scan would
+    pick (every decision here: the next node)."""
     import jupyter_gpushare.core.packindex as packindex
     from jupyter_gpushare.core.placement import place_on_node
 
@@ -120,8 +121,10 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
             nodes.append(got.node)
             state.apply(grant_for(i, request, got))
         assert nodes == sorted(state.nodes)  # same nodes, same order: lowest position first
-        # one full scan for the first; the reserve (4 nodes) serves the next four
-        assert len(scans) == 2
+        # the first full scan (a shape's first after a new target) keeps no reserve; the
+        # second keeps 4 nodes: its own pick and the next three come from it; the sixth
+        # needs a full scan again
+        assert len(scans) == 3
     finally:
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
         packindex._SHORT_LIST = short

@@ -338,7 +338,9 @@ class PoolIndex:
         scored: list[_Scored] = []
         rows = self.rows.rows_for(milli, cpu, self._kind_heads())
         keep = self._short_len()
-        most = keep * _RESERVE  # the short list and its reserve
+        # the short list and its reserve; none on a shape's first scan after a new target
+        # (memos are cold then, and a wider cut would compute more gradients)
+        most = keep * _RESERVE if cached is not None else keep
         found = self._scan(rows, shape, mem, scored, ordered=_ORDERED, size=most + 1)
         if len(scored) > most:
             ranked = heapq.nsmallest(most + 1, scored)
@@ -652,5 +654,6 @@ class _Cached:
 
 
 _RESERVE = 4
-"""A full scan keeps ``_RESERVE`` times the short list's length of its best nodes: when the
-short list runs out, the next ones come from the rest without a full scan."""
+"""A full scan (but a shape's first after a new target) keeps ``_RESERVE`` times the short
+list's length of its best nodes: when the short list runs out, the next ones come from the
+rest without a full scan."""
