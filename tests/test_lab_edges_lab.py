@@ -216,7 +216,10 @@ def test_host_figures_come_from_jupyter_resource_usage_without_polling_it_twice(
         # jupyter-resource-usage's own front end asks every 5 s; this extension reads those
         # answers and asks nothing itself (a second poller would add 4 requests in 20 s)
         assert after["ours"] - before["ours"] == 0, (before, after)
-        assert after["all"] - before["all"] == asked >= 3, (before, after, asked)
+        # every answer is read: the page's count of requests sent and this tab's count of
+        # answers read differ by at most the one request in flight at either end
+        assert asked >= 3, (before, after, asked)
+        assert abs((after["all"] - before["all"]) - asked) <= 1, (before, after, asked)
         title = page.locator(".jp-gpushare-status").get_attribute("title") or ""
         assert "from jupyter-resource-usage's /api/metrics/v1" in title, title
         page.locator(".jp-gpushare-status").click()

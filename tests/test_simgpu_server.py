@@ -58,7 +58,10 @@ class Kernel:
         self.lab, self.id = lab, model["kernel"]["id"]
         self.client = BlockingKernelClient()
         self.client.load_connection_file(str(runtime(lab) / f"kernel-{self.id}.json"))
-        self.client.start_channels(hb=False)  # zmq queues what is sent before it connects
+        self.client.start_channels(hb=False)
+        # until IOPub's subscription is up, a cell's output and its "idle" are lost and
+        # execute_interactive waits out its timeout: wait for the kernel to answer on IOPub
+        self.client.wait_for_ready(timeout=120)
 
     def run(self, code: str) -> str:
         """Run ``code``; its printed output (an error fails the test)."""
