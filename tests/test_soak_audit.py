@@ -391,6 +391,41 @@ def test_a_holder_letting_go_during_its_grace_is_no_violation() -> None:
     assert audit(h).violations == []
 
 
+def test_a_stop_asked_before_the_announcement_and_ending_in_the_grace_is_letting_go() -> None:
+    """Soak seed 21: the user asked to stop the server, the broker announced a preemption
+    while the stop was under way, and the server ended 1 s before the deadline. The call's
+    event is stamped when it ended; it was asked for ``ms`` before that, during the grant."""
+    h = clean()
+    preempted_before_its_grace(h)  # announced at T0 + 498, released at T0 + 500
+    h.record(
+        "call",
+        t=T0 + 497,
+        client="alice",
+        what="stop",
+        method="DELETE",
+        path="hub/api/users/alice/server",
+        status=204,
+        ms=3000.0,  # asked for at T0 + 494, during g1 (granted at T0)
+    )
+    assert audit(h).violations == []
+
+
+def test_a_stop_of_an_earlier_server_is_not_letting_go_of_this_grant() -> None:
+    h = clean()
+    preempted_before_its_grace(h)
+    h.record(
+        "call",
+        t=T0 + 2,  # ended after g1 was granted, but asked for before it: an earlier server
+        client="alice",
+        what="stop",
+        method="DELETE",
+        path="hub/api/users/alice/server",
+        status=204,
+        ms=5000.0,
+    )
+    assert [v.check for v in audit(h).violations] == ["preemption_notice"]
+
+
 def test_time_the_broker_was_down_is_not_admission_time() -> None:
     h = clean()
     h.rows["grants"][3]["granted_at"] = T0 + 340  # r4 (T0 + 315) waits 25 s

@@ -322,7 +322,7 @@ def check_preemption_notice(h: History) -> tuple[int, list[Violation]]:
             continue
         announced = float(deadline) - float(g["grace_period_s"])
         released = _end(g, h.ended)
-        by_holder = _holder_let_go(h, g, announced, released, tol)
+        by_holder = _holder_let_go(h, g, released, tol)
         if released + tol < announced:
             found.append(
                 Violation(
@@ -346,26 +346,28 @@ def check_preemption_notice(h: History) -> tuple[int, list[Violation]]:
     return checked, found
 
 
-def _holder_let_go(
-    h: History, g: dict[str, Any], announced: float, released: float, tol: float
-) -> bool:
-    """Whether the holder itself let go during the grace period (the broker then records the
-    end as the preemption): a job is told at the announcement and may stop early; a client
-    released the grant; or the user stopped the server the grant was for."""
+def _holder_let_go(h: History, g: dict[str, Any], released: float, tol: float) -> bool:
+    """Whether the holder itself let go (the broker then records the end as the
+    preemption): a job is told at the announcement and may stop early; a client released
+    the grant; or the user stopped the server the grant was for, a stop asked for during
+    the grant's life (also one asked for before the announcement and still under way)."""
     if g["kind"] == "batch":
         return True
     stop_path = f"/users/{g['username']}/server"
+    granted = float(g["granted_at"])
     for e in h.events:
         if e["kind"] != "call" or float(e["t"]) > released + tol:
             continue
         if e.get("released") == g["id"]:
             return True
+        # a call's event is stamped when it ended: it was asked for ``ms`` before that
+        asked = float(e["t"]) - float(e.get("ms") or 0.0) / 1000.0
         if (
             e.get("what") == "stop"
             and g["server"] == ""
             and e.get("client") == g["username"]
             and str(e.get("path", "")).endswith(stop_path)
-            and float(e["t"]) >= announced - tol
+            and asked >= granted - tol
         ):
             return True
     return False
