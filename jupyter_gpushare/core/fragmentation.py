@@ -23,6 +23,9 @@ from collections.abc import Sequence
 Shape = tuple[int, int, int, tuple[str, ...]]
 """(CPU milli, per-GPU milli, number of GPUs, allowed GPU models; empty: any)."""
 
+_Live = tuple[tuple[int, int, float], ...]
+"""(per-GPU milli, GPU count, popularity at a CPU level) of the groups a node may host."""
+
 POPULARITY = 0.95
 """The target workload covers the most common shapes up to this share of requests."""
 
@@ -90,6 +93,7 @@ class FragTable:
         self._groups = [(milli, num, models, row) for (milli, num, models), row in groups.items()]
         self._classes: dict[str, str] = {}
         self._hostable: dict[tuple[str, int, tuple[int, ...]], float] = {}
+        self._live: dict[tuple[str, int], _Live] = {}
 
     def model_class(self, model: str) -> str:
         """A name shared by every GPU model that the target's shapes treat alike.
@@ -117,6 +121,22 @@ class FragTable:
             self._memo[key] = val
         return val
 
+    def live(self, model: str, level: int) -> _Live:
+        """The target's GPU shape groups a node of ``model`` at CPU ``level`` may host.
+
+        (per-GPU milli, GPU count, popularity at ``level``), in the groups' order, cached per
+        (model, level): with shapes pinned to GPU models most groups are shut to any one
+        node, and a value computed afresh goes through only the groups left.
+        """
+        got = self._live.get((model, level))
+        if got is None:
+            got = self._live[(model, level)] = tuple(
+                (milli, num, row[level])
+                for milli, num, models, row in self._groups
+                if row[level] != 0.0 and not (models and model not in models)
+            )
+        return got
+
     def hostable(self, model: str, level: int, gpus_sorted: tuple[int, ...]) -> float:
         """The popularity share of the target's GPU shapes a node can host as it stands."""
         cls = self._classes.get(model) or self.model_class(model)
@@ -125,11 +145,9 @@ class FragTable:
         if val is None:
             val = 0.0
             n = len(gpus_sorted)
-            for milli, num, models, row in self._groups:
-                p = row[level]
-                if p == 0.0 or (models and model not in models):
-                    continue
-                if n - bisect.bisect_left(gpus_sorted, milli) >= num:
+            find = bisect.bisect_left
+            for milli, num, p in self.live(model, level):
+                if n - find(gpus_sorted, milli) >= num:
                     val += p
             self._hostable[key] = val
         return val
@@ -143,10 +161,7 @@ class FragTable:
         n = len(gpus)
         below = [0, *itertools.accumulate(gpus)]  # below[k]: free on the k smallest GPUs
         find = bisect.bisect_left
-        for milli, num, models, row in self._groups:
-            p = row[level]
-            if p == 0.0 or (models and model not in models):
-                continue
+        for milli, num, p in self.live(model, level):
             k = find(gpus, milli)
             if n - k >= num:  # hostable: only the GPUs smaller than the shape are lost
                 usable += p * (total - below[k])

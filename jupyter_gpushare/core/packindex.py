@@ -54,8 +54,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .fragmentation import Shape, Workload
-from .fragtable import KindFragTable
+from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT, Request
 from .packrows import NodeView, Row, RowTable, head_row
 from .scarcity import scarcity_of
@@ -114,7 +113,7 @@ class PoolIndex:
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
         self.scarcity = scarcity_of(nodes)
-        self.table = KindFragTable(self._target())
+        self.table = FragTable(self._target())
         self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[NodeView] = []
@@ -159,7 +158,7 @@ class PoolIndex:
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
-        old, self.table = self.table, KindFragTable(self._target())
+        old, self.table = self.table, FragTable(self._target())
         scale = _starvation_scale(self.workload, self.cpu_per_gpu)
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
