@@ -127,7 +127,7 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
     short list's length of its best nodes: as the short list's nodes fill up, the next ones
     come from the reserve, without a full scan, and they are the ones a full scan would
     pick (every decision here: the next node)."""
-    import jupyter_gpushare.core.packindex as packindex
+    import jupyter_gpushare.core.packshort as packshort
     from jupyter_gpushare.core.placement import place_on_node
 
     state = make_state([(2, "T4", 32000, 262144)] * 6, 0.0)
@@ -141,8 +141,8 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
         scans.append(milli)
         return rows_for(self, milli, cpu, heads)
 
-    short = packindex._SHORT_LIST
-    packindex._SHORT_LIST = 1  # a list of one node: it runs out at every placement
+    short = packshort._SHORT_LIST
+    packshort._SHORT_LIST = 1  # a list of one node: it runs out at every placement
     RowTable.rows_for = counted  # type: ignore[method-assign]
     try:
         nodes = []
@@ -159,4 +159,4 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
         assert len(scans) == 3
     finally:
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
-        packindex._SHORT_LIST = short
+        packshort._SHORT_LIST = short

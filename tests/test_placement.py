@@ -344,11 +344,11 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
 ) -> None:
     """A repeated shape is answered from its cached short list plus the nodes changed
     since; that answer is exactly the full scan's (here with lists of 1, so they run out)."""
-    import jupyter_gpushare.core.packindex as packindex
+    import jupyter_gpushare.core.packshort as packshort
     import jupyter_gpushare.core.placement as placement_mod
 
-    short = packindex._SHORT_LIST
-    packindex._SHORT_LIST = 1
+    short = packshort._SHORT_LIST
+    packshort._SHORT_LIST = 1
     try:
         cached = make_state(node_specs, 0.0)
         plain = make_state(node_specs, 0.0)
@@ -374,7 +374,7 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
                 cached.cordon(name, flag)
                 plain.cordon(name, flag)
     finally:
-        packindex._SHORT_LIST = short
+        packshort._SHORT_LIST = short
 
 
 def test_a_share_limited_by_memory_goes_only_where_its_memory_fits() -> None:

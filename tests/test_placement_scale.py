@@ -12,6 +12,8 @@ from test_placement import grant_for, make_request, make_state, node_st, request
 
 import jupyter_gpushare.core.packindex as packindex
 import jupyter_gpushare.core.packrows as packrows
+import jupyter_gpushare.core.packscan as packscan
+import jupyter_gpushare.core.packshort as packshort
 import jupyter_gpushare.core.placement as placement_mod
 from jupyter_gpushare.core.placement import place
 from jupyter_gpushare.core.roomtree import RoomTree
@@ -117,8 +119,8 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
     full scans stop where no later position can; every decision (short lists of 1 and of
     the default length, through releases) is the one made without that (``_PRUNE`` off:
     a scan that scores every row; ``_ORDERED`` off: no stop on position)."""
-    short = packindex._SHORT_LIST
-    packindex._SHORT_LIST = data.draw(st.sampled_from([1, 2, short]))
+    short = packshort._SHORT_LIST
+    packshort._SHORT_LIST = data.draw(st.sampled_from([1, 2, short]))
     fresh = data.draw(st.booleans())  # no short lists: every decision a full scan
     pruned = make_state(node_specs, 0.0)
     full = make_state(node_specs, 0.0)
@@ -129,9 +131,9 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
                 for state in (pruned, full):
                     for pidx in placement_mod._index(state).pools.values():
                         pidx._cache.clear()
-            setattr(packindex, switch, True)
+            setattr(packscan, switch, True)
             got = place(pruned, request)
-            setattr(packindex, switch, False)
+            setattr(packscan, switch, False)
             want = place(full, request)
             assert got == want
             if got is not None:
@@ -142,8 +144,8 @@ def test_rows_skipped_by_their_lower_bound_change_no_decision(
                 pruned.release(gid)
                 full.release(gid)
     finally:
-        setattr(packindex, switch, True)
-        packindex._SHORT_LIST = short
+        setattr(packscan, switch, True)
+        packshort._SHORT_LIST = short
 
 
 def _drive(state, reqs: list, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
@@ -192,7 +194,7 @@ def test_no_gradient_is_below_the_least_one(
                 if after and levels[after - 1] > view.ns.free_cpu:
                     continue
                 delta = pidx._gradient(view, after, milli, num)[0]
-                least = packindex.least_gradient(milli * num)
+                least = packscan.least_gradient(milli * num)
                 assert delta >= least, (units, milli, num, before, after)
 
 

@@ -1,0 +1,176 @@
+"""Short lists: a shape's best nodes kept between decisions, and the reserve behind them.
+
+After a full scan for a shape, its best ``short_len()`` nodes are kept with a bound below
+which the list is complete; a later request of the shape is answered from the list plus
+the nodes changed since (never more than a full scan would score), and the answer is the
+full scan's. A full scan (but a shape's first after a new target) also keeps ``_RESERVE``
+times the list's length of its next-best nodes, which refill a list that runs out.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from .fragmentation import Shape
+from .packrows import NodeView, RowTable, head_row
+from .packscan import RankedScan, Scored
+
+
+class ShortLists(RankedScan):
+    """The pool's short lists per shape (the pool index's ``_cache``), read and refilled."""
+
+    rows: RowTable
+    clock: int  # refreshes so far
+    changed: dict[int, int]  # position -> clock of its last refresh, oldest first
+    _cache: dict[Shape, _Cached]
+
+    def _lookup(self, shape: Shape, mem: int, heads: list[NodeView]) -> Scored | None:
+        """The best node for ``shape`` with ``mem`` RAM: from the shape's short list when it
+        proves the answer, else by a full scan that makes the list (and its reserve) anew.
+        ``heads``: the untouched head of each node kind."""
+        cpu, milli = shape[0], shape[1]
+        cached = self._cache.get(shape)
+        stamp = self.clock
+        if len(self._cache) >= _CACHE_SHAPES and cached is None:
+            self._cache.clear()
+        if cached is not None:
+            hit = self._from_cache(cached, shape, mem, heads)
+            if hit is not _MISS:
+                return hit  # type: ignore[return-value]
+        scored: list[Scored] = []
+        rows = self.rows.rows_for(milli, cpu, heads)
+        keep = self._short_len()
+        # the short list and its reserve; none on a shape's first scan after a new target
+        # (memos are cold then, and a wider cut would compute more gradients)
+        most = keep * _RESERVE if cached is not None else keep
+        found = self._scan(rows, shape, mem, scored, ordered=True, size=most + 1)
+        if len(scored) > most:
+            ranked = heapq.nsmallest(most + 1, scored)
+            rbound = ranked.pop()[0]
+        else:
+            ranked, rbound = sorted(scored), float("inf")
+        bound = ranked[keep][0] if len(ranked) > keep else rbound
+        reserve = {e[2].pos: (e, stamp) for e in ranked[keep:]}
+        self._cache[shape] = _Cached(stamp, bound, ranked[:keep], rbound, reserve)
+        return found[0] if found else None
+
+    def _short_len(self) -> int:
+        """Nodes per short list: a big pool's best nodes run out later."""
+        return max(_SHORT_LIST, len(self.by_pos) // _SHORT_SHARE)
+
+    def _from_cache(
+        self, cached: _Cached, shape: Shape, mem: int, heads: list[NodeView]
+    ) -> Scored | None | object:
+        """The best node from a shape's short list and the nodes changed since it was made.
+
+        Invariant of a short list: every eligible node with a rank below ``bound`` is on
+        it, as of ``stamp`` (the clock then). Nodes unchanged since keep their rank;
+        changed ones and the heads of untouched kinds (a new head may take over without
+        changing itself) are scored again: never more than the full scan would score,
+        however old the list. Returns ``_MISS`` when the list proves nothing, and ``None``
+        when it proves that no node has room: with no bound (the last full scan found at
+        most ``_short_len()`` nodes fitting all but RAM) the list is every node that fits
+        all but RAM, so when none of it has the RAM, the full scan would find none (late
+        in a full cluster, most requests of a shape that failed once fail again: without
+        this, each was a full scan).
+        """
+        since = cached.stamp
+        changed: set[int] = set()
+        for pos in reversed(self.changed):
+            if self.changed[pos] <= since:
+                break
+            changed.add(pos)
+        fresh = changed.union(h.pos for h in heads)
+        rows = [head_row(h) for h in heads] + self.rows.changed_rows(changed, shape[1])
+        merged: list[Scored] = [
+            e for e in cached.short if e[2].pos not in fresh and not e[2].pristine
+        ]
+        rescored: list[Scored] = []
+        self._scan(rows, shape, mem, rescored, size=self._short_len() + 1)
+        now, bound = self.clock, cached.bound
+        # the rescored rows are complete below the scan's last cut (see _scan)
+        rbound = min(cached.rbound, self._last_cut)
+        bound = min(bound, rbound)
+        reserve = cached.reserve
+        for e in rescored:
+            if e[0] < bound:
+                merged.append(e)
+            elif e[0] < rbound:
+                reserve[e[2].pos] = (e, now)
+        merged.sort()
+        while merged and merged[-1][0] >= bound:
+            merged.pop()
+        keep = self._short_len()
+        if len(merged) > keep:
+            bound = merged[keep][0]
+            for e in merged[keep:]:
+                if e[0] < rbound:
+                    reserve[e[2].pos] = (e, now)
+            del merged[keep:]
+        cached.stamp, cached.bound, cached.short, cached.rbound = now, bound, merged, rbound
+        for e in merged:
+            if e[1] >= mem:
+                return e
+        if reserve:
+            return self._refill(cached, merged, fresh, mem)
+        # a list that holds every node fitting all but RAM (no bound) proves none has room
+        return None if rbound == float("inf") else _MISS
+
+    def _refill(
+        self, cached: _Cached, short: list[Scored], fresh: set[int], mem: int
+    ) -> Scored | None | object:
+        """The short list has no node with room: take the reserve's valid entries into it.
+
+        A reserve entry is valid when made in this lookup, or when its node has not changed
+        since it was made and is not untouched (an untouched node is scored only as the
+        head of its kind, and every head was scored again in this lookup).
+        """
+        now, changed, rbound = self.clock, self.changed, cached.rbound
+        ranked = list(short)
+        for e, made in cached.reserve.values():
+            pos = e[2].pos
+            if e[0] >= rbound:
+                continue  # (below its rank the list is no longer known complete)
+            if made == now or (pos not in fresh and not e[2].pristine and changed[pos] <= made):
+                ranked.append(e)
+        ranked.sort()
+        keep = self._short_len()
+        cached.short = ranked[:keep]
+        cached.bound = ranked[keep][0] if len(ranked) > keep else cached.rbound
+        cached.reserve = {e[2].pos: (e, now) for e in ranked[keep:]}
+        for e in ranked:
+            if e[1] >= mem:
+                return e
+        return None if cached.rbound == float("inf") else _MISS
+
+
+_SHORT_LIST = 24
+"""Nodes kept per cached shape, at least."""
+
+_SHORT_SHARE = 256
+"""A pool of many nodes keeps one per ``_SHORT_SHARE`` of its nodes per cached shape."""
+
+_CACHE_SHAPES = 512
+"""Shapes cached per pool (all are dropped when more arrive)."""
+
+_MISS = object()
+
+
+@dataclass
+class _Cached:
+    """A shape's short list: its best nodes as of ``stamp``, all those ranked below ``bound``;
+    and its reserve: with the short list, every node ranked below ``rbound`` (by position:
+    the entry and the clock when it was made; an entry whose node changed since is stale)."""
+
+    stamp: int
+    bound: float
+    short: list[Scored]
+    rbound: float
+    reserve: dict[int, tuple[Scored, int]]
+
+
+_RESERVE = 4
+"""A full scan (but a shape's first after a new target) keeps ``_RESERVE`` times the short
+list's length of its best nodes: when the short list runs out, the next ones come from the
+rest without a full scan."""
