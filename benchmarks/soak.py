@@ -48,6 +48,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--faults", default=None, type=lambda v: [k for k in v.split(",") if k],
         help="inject only these kinds, comma-separated (default: all); e.g. hub_kill9,hub_term",
     )
+    p.add_argument(
+        "--broker", choices=("managed", "outside"), default="managed",
+        help="managed: the hub starts the broker (and a hub fault takes it along); outside: "
+        "the broker runs on its own (setup_gpushare(broker_managed=False)) through hub faults",
+    )
     p.add_argument("--tmp", default=None, help="folder for the stack (default: a new one)")
     p.add_argument("--history", default=None, help="where to keep the history")
     p.add_argument("--keep-history", action="store_true", help="keep it even with 0 violations")

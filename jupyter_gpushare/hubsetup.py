@@ -33,6 +33,15 @@ It adds:
 * ``c.JupyterHub.init_spawners_timeout = 1`` unless set (:data:`INIT_SPAWNERS_TIMEOUT_S`): a
   restarted hub starts the broker after at most a second of checking servers, not ten.
 
+With ``broker_managed=False`` the broker runs **outside the hub** (a systemd unit, a
+container): the service entry has no ``command``, so the hub only proxies to the broker and
+registers its token and OAuth client, and a restart or a crash of the hub no longer takes the
+broker with it. The hub's config then writes ``gpushare_broker.json`` (mode 0600) in
+``data_dir``, from which ``python -m jupyter_gpushare.broker.ops.external <file>`` runs the
+broker (:mod:`jupyter_gpushare.broker.ops.external`). Call ``setup_gpushare`` after setting
+``hub_ip``, ``hub_port`` and ``base_url`` (or pass ``hub_api_url``): the launch file names the
+hub's API URL the broker is to use.
+
 The two service tokens are kept in ``gpushare_tokens.json`` in ``data_dir`` (default: the
 directory of the hub's SQLite database, else the working directory) so they survive restarts.
 """
@@ -167,10 +176,16 @@ def setup_gpushare(
     data_dir: str | None = None,
     broker_args: list[str] | tuple[str, ...] = (),
     broker_env: dict[str, str] | None = None,
+    broker_managed: bool = True,
+    hub_api_url: str | None = None,
 ) -> dict[str, Any]:
     """Wire the broker service, roles, scopes, spawner class and server token scopes into ``c``.
 
-    Returns what it set up (service URLs and tokens) for tests and further config.
+    ``broker_managed=False``: the broker runs outside the hub, from the launch file written
+    in ``data_dir`` (module docstring); ``hub_api_url`` is the hub API URL it uses (default:
+    from ``c.JupyterHub``'s ``hub_connect_url``, else ``hub_ip``, ``hub_port`` and
+    ``base_url``). Returns what it set up (service URLs, tokens, the launch file) for tests
+    and further config.
     """
     data_dir = data_dir or _data_dir(c)
     os.makedirs(data_dir, exist_ok=True)
@@ -179,32 +194,35 @@ def setup_gpushare(
     service_url = f"http://{broker_ip}:{broker_port}"
     api_url = f"{service_url}/services/{SERVICE}/api/v1"
 
-    command = [
-        sys.executable,
-        "-m",
-        "jupyter_gpushare.broker.ops.supervisor",  # runs and restarts the broker (supervisor.py)
+    args = [
         f"--BrokerApp.policy_file={os.path.abspath(policy_file)}",
         f"--BrokerApp.db_url={db_url}",
         *_job_args(c, spawner, broker_args),
         *broker_args,
     ]
+    service: dict[str, Any] = {
+        "name": SERVICE,
+        "url": service_url,
+        "api_token": tokens["broker"],
+        "display": True,  # the Services menu links to the admin page (admins only)
+        # browsers log in to the broker's pages with the hub's OAuth: no confirmation
+        # page, and a login carries the admin and metrics scopes of users who have them
+        "oauth_no_confirm": True,
+        "oauth_client_allowed_scopes": list(BROWSER_SCOPES),
+    }
+    launch_file = None
+    if broker_managed:
+        # the supervisor runs and restarts the broker (broker/ops/supervisor.py)
+        service["command"] = [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor",
+                              *args]
+        service["environment"] = dict(broker_env or {})
+        service["cwd"] = data_dir
+    else:
+        launch_file = _write_launch(c, data_dir, args, tokens["broker"], service_url,
+                                    hub_api_url, broker_env)
     services = list(_cfg_get(c.JupyterHub, "services", []))
     services = [s for s in services if s.get("name") not in (SERVICE, SPAWNER_SERVICE)]
-    services.append(
-        {
-            "name": SERVICE,
-            "url": service_url,
-            "command": command,
-            "api_token": tokens["broker"],
-            "environment": dict(broker_env or {}),
-            "display": True,  # the Services menu links to the admin page (admins only)
-            "cwd": data_dir,
-            # browsers log in to the broker's pages with the hub's OAuth: no confirmation
-            # page, and a login carries the admin and metrics scopes of users who have them
-            "oauth_no_confirm": True,
-            "oauth_client_allowed_scopes": list(BROWSER_SCOPES),
-        }
-    )
+    services.append(service)
     services.append({"name": SPAWNER_SERVICE, "api_token": tokens["spawner"]})
     c.JupyterHub.services = services
 
@@ -282,4 +300,46 @@ def setup_gpushare(
         c.JupyterHub.init_spawners_timeout = INIT_SPAWNERS_TIMEOUT_S
     c.GPUShareSpawner.broker_url = api_url
     c.GPUShareSpawner.broker_api_token = tokens["spawner"]
-    return {"service_url": service_url, "api_url": api_url, "tokens": tokens, "db_url": db_url}
+    return {"service_url": service_url, "api_url": api_url, "tokens": tokens, "db_url": db_url,
+            "launch_file": launch_file}
+
+
+def _base_url(c: Any) -> str:
+    base = str(_cfg_get(c.JupyterHub, "base_url", "/") or "/")
+    return "/" + base.strip("/") + "/" if base.strip("/") else "/"
+
+
+def _hub_api_url(c: Any) -> str:
+    """The hub API URL the hub gives its managed services, from ``c.JupyterHub``."""
+    hub_prefix = _base_url(c) + "hub/"
+    connect = str(_cfg_get(c.JupyterHub, "hub_connect_url", "") or "")
+    if connect:
+        root = connect.rstrip("/")
+        return (root if root.endswith(hub_prefix.rstrip("/")) else root + hub_prefix[:-1]) + "/api"
+    ip = str(_cfg_get(c.JupyterHub, "hub_connect_ip", "") or "") or str(
+        _cfg_get(c.JupyterHub, "hub_ip", "") or "127.0.0.1")
+    port = int(_cfg_get(c.JupyterHub, "hub_port", 8081) or 8081)
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}{hub_prefix}api"
+
+
+def _write_launch(c: Any, data_dir: str, args: list[str], token: str, service_url: str,
+                  hub_api_url: str | None, broker_env: dict[str, str] | None) -> str:
+    """Write the broker's launch file (what the hub would give its managed service)."""
+    from .broker.ops.external import FILE_NAME, Launch, write_launch_file
+
+    prefix = f"{_base_url(c)}services/{SERVICE}/"
+    env = {
+        **(broker_env or {}),
+        "JUPYTERHUB_SERVICE_NAME": SERVICE,
+        "JUPYTERHUB_API_TOKEN": token,
+        "JUPYTERHUB_API_URL": hub_api_url or _hub_api_url(c),
+        "JUPYTERHUB_BASE_URL": _base_url(c),
+        "JUPYTERHUB_SERVICE_URL": service_url,
+        "JUPYTERHUB_SERVICE_PREFIX": prefix,
+        "JUPYTERHUB_CLIENT_ID": f"service-{SERVICE}",
+        "JUPYTERHUB_OAUTH_CALLBACK_URL": prefix + "oauth_callback",
+    }
+    path = os.path.join(data_dir, FILE_NAME)
+    write_launch_file(path, Launch(args, env, os.path.abspath(data_dir)))
+    return path

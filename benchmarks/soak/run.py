@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"soak: seed {seed}", flush=True)
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix=f"gpushare-soak-{seed}-"))
     h = History(seed=seed, settings=settings())
-    stack = start(tmp, POLICY, h.settings)
+    stack = start(tmp, POLICY, h.settings, broker_outside=args.broker == "outside")
+    h.settings["broker"] = args.broker
     code = 2
     try:
         code = drive_and_audit(args, seed, stack, h)
@@ -198,8 +199,9 @@ def figures(stack: Stack, h: History) -> dict[str, Any]:
 
 
 def shutdown(stack: Stack, h: History) -> None:
-    """The hub, and any server of this run still alive (by the pids the hub reported)."""
-    stack.hub.stop()
+    """The hub, the broker outside it if any, and any server of this run still alive (by the
+    pids the hub reported)."""
+    stack.stop()
     pids = {
         int(s["pid"])
         for e in h.of_kind("hub_snapshot")

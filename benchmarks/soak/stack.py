@@ -35,13 +35,15 @@ TABLES = {
 JSON_COLUMNS = {"slices", "spec", "handle", "error", "request_spec", "parameters", "gpus"}
 
 
-def hub_config(policy: Path, broker_port: int, settings: dict[str, Any]) -> str:
+def hub_config(
+    policy: Path, broker_port: int, settings: dict[str, Any], broker_outside: bool = False
+) -> str:
     reconcile = settings["reconcile_interval_s"]
     return f"""
 c.SimpleLocalProcessSpawner.home_dir_template = HUB_TMP + "/home/{{username}}"
 from jupyter_gpushare.hubsetup import setup_gpushare
 setup_gpushare(c, {str(policy)!r}, spawner="simple", broker_port={broker_port},
-               data_dir=HUB_TMP, admin_users=["boss"],
+               data_dir=HUB_TMP, admin_users=["boss"], broker_managed={not broker_outside},
                broker_args=["--BrokerApp.reconcile_interval_s={reconcile}",
                             "--BrokerApp.reconcile_min_age_s={reconcile}",
                             "--BrokerApp.log_level=INFO",
@@ -64,6 +66,7 @@ class Stack:
     broker_port: int
     policy_file: Path
     policy_text: str
+    broker_proc: subprocess.Popen[bytes] | None = None  # the broker outside the hub, if so
 
     @property
     def db_path(self) -> Path:
@@ -130,6 +133,30 @@ class Stack:
             time.sleep(0.2)
         raise RuntimeError("the hub did not answer after its restart:\n" + hub.log_text()[-3000:])
 
+    def launch_broker(self) -> None:
+        """Start the broker outside the hub, from the launch file the hub's config wrote."""
+        log = open(self.hub.tmp / "broker.log", "ab")  # noqa: SIM115 - closed with the process
+        self.broker_proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_gpushare.broker.ops.external",
+             str(self.hub.tmp / "gpushare_broker.json")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop(self) -> None:
+        """The hub, then the broker outside it (stopped as an admin would: SIGTERM)."""
+        self.hub.stop()
+        proc = self.broker_proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(40)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, 9)
+                proc.wait(10)
+
     def read_rows(self) -> dict[str, list[dict[str, Any]]]:
         """The broker's stored history, read directly (read-only) from its database."""
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
@@ -190,17 +217,28 @@ def policy_facts(path: Path) -> dict[str, Any]:
     return {"gpus": gpus, "quotas": quotas, "profiles": profiles, "grace": grace}
 
 
-def start(tmp: Path, policy_text: str, settings: dict[str, Any]) -> Stack:
+def start(
+    tmp: Path, policy_text: str, settings: dict[str, Any], broker_outside: bool = False
+) -> Stack:
+    """The stack; with ``broker_outside`` the broker runs outside the hub (``hubsetup``'s
+    ``broker_managed=False``, started from its launch file) and outlives the hub's faults."""
     tmp.mkdir(parents=True, exist_ok=True)
     policy = tmp / "policy.yaml"
     policy.write_text(policy_text)
     broker_port = free_port()
-    hub = start_hub(tmp / "hub", extra_config=hub_config(policy, broker_port, settings))
+    config = hub_config(policy, broker_port, settings, broker_outside)
+    hub = start_hub(tmp / "hub", extra_config=config)
     stack = Stack(tmp, hub, broker_port, policy, policy_text)
+    if broker_outside:
+        stack.launch_broker()
     deadline = time.monotonic() + 90
     while not stack.broker_healthy():
         if time.monotonic() > deadline:
-            hub.stop()
-            raise RuntimeError("the broker did not start:\n" + hub.log_text()[-4000:])
+            stack.stop()
+            log = hub.tmp / "broker.log"
+            raise RuntimeError(
+                "the broker did not start:\n"
+                + (log.read_text(errors="replace") if log.exists() else hub.log_text())[-4000:]
+            )
         time.sleep(0.3)
     return stack

@@ -186,6 +186,12 @@ class BrokerApp(Application):
         "loop after 13,000 admissions; ~1 s at 100,000). 0: CPython's own schedule only.",
     )
     groups_ttl_s = Float(60.0, config=True, help="How long a user's hub groups are cached.")
+    groups_stale_max_s = Float(
+        3600.0,
+        config=True,
+        help="While the hub cannot be asked (it restarts), a user's groups as last read from "
+        "it stand for at most this long (seconds); then requests that need them get 503.",
+    )
     watch_interval_s = Float(
         0.5,
         config=True,
@@ -293,7 +299,9 @@ class BrokerApp(Application):
         policy = self.load_policy()
         self.engine: Engine = make_engine(self.db_url, sqlite_synchronous=self.sqlite_synchronous)
         self.hub = (
-            HubClient(self.hub_api_url, self.api_token, self.groups_ttl_s) if self.use_hub else None
+            HubClient(self.hub_api_url, self.api_token, self.groups_ttl_s, self.groups_stale_max_s)
+            if self.use_hub
+            else None
         )
         self.backend = self.batch_backend_class(parent=self)
         self.notices = NoticeHub()

@@ -20,11 +20,21 @@ class HubError(RuntimeError):
 class HubClient:
     """Users, groups and servers from the hub; stops servers on preemption."""
 
-    def __init__(self, api_url: str, token: str, groups_ttl_s: float = 60.0) -> None:
+    MAX_CACHED_USERS = 10_000
+    """Users whose groups are kept at most (the oldest read is dropped first)."""
+
+    def __init__(
+        self,
+        api_url: str,
+        token: str,
+        groups_ttl_s: float = 60.0,
+        groups_stale_max_s: float = 3600.0,
+    ) -> None:
         self.api_url = api_url.rstrip("/")
         self.token = token
         self.groups_ttl_s = groups_ttl_s
-        self._groups: dict[str, tuple[float, tuple[str, ...]]] = {}
+        self.groups_stale_max_s = groups_stale_max_s
+        self._groups: dict[str, tuple[float, tuple[str, ...]]] = {}  # name -> (read at, groups)
 
     async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         req = HTTPRequest(
@@ -66,12 +76,27 @@ class HubClient:
             offset += len(items)
 
     async def groups_of(self, name: str) -> tuple[str, ...]:
+        """``name``'s hub groups: read at most every ``groups_ttl_s``. While the hub cannot
+        be asked (it restarts; no group changes then either), the groups last read stand
+        for up to ``groups_stale_max_s``; after that, or for a user never read, the
+        :class:`HubError` is raised."""
         cached = self._groups.get(name)
-        if cached and cached[0] > time.monotonic():
+        now = time.monotonic()
+        if cached and now - cached[0] < self.groups_ttl_s:
             return cached[1]
-        model = await self.get_user(name)
+        try:
+            model = await self.get_user(name)
+        except HubError as exc:
+            if cached and now - cached[0] <= self.groups_stale_max_s:
+                log.warning("the hub cannot be asked (%s): %s's groups as read %.0f s ago",
+                            exc, name, now - cached[0])
+                return cached[1]
+            raise
         groups = tuple(model.get("groups") or ()) if model else ()
-        self._groups[name] = (time.monotonic() + self.groups_ttl_s, groups)
+        self._groups.pop(name, None)  # re-inserted last: the dict is oldest-read first
+        self._groups[name] = (now, groups)
+        while len(self._groups) > self.MAX_CACHED_USERS:
+            del self._groups[next(iter(self._groups))]
         return groups
 
     async def group_members(self, group: str) -> list[str] | None:

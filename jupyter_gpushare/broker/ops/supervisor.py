@@ -25,6 +25,12 @@ session of its own and
 
 The broker learns the pids to watch from ``GPUSHARE_HUB_PID`` and ``GPUSHARE_SUPERVISOR_PID``:
 it stops when the hub is gone, and when its supervisor is gone unless it lingers.
+
+**Outside the hub** (``--external`` before the broker's arguments; what
+:mod:`.external` runs): the broker is not the hub's child and does not follow it. It serves
+through hub restarts and kills (spawns, releases and admissions go on; only what needs the
+hub's API waits for it), is restarted at once when it dies, and stops when the supervisor is
+asked to stop (SIGINT/SIGTERM: the broker stops cleanly, no lingering).
 """
 
 from __future__ import annotations
@@ -65,9 +71,10 @@ class Supervisor:
     """Run the broker, restart it when it dies, hand over on shutdown (module docstring)."""
 
     def __init__(self, broker_args: Sequence[str], hub_pid: int | None = None,
-                 standby: bool = True) -> None:
+                 standby: bool = True, external: bool = False) -> None:
         self.command = [sys.executable, "-m", "jupyter_gpushare.broker", *broker_args]
-        self.hub_pid = os.getppid() if hub_pid is None else hub_pid
+        self.external = external  # outside the hub: no hub to watch or to linger for
+        self.hub_pid = 0 if external else os.getppid() if hub_pid is None else hub_pid
         self.standby_enabled = standby
         self.child: subprocess.Popen[bytes] | None = None
         self.standby: subprocess.Popen[bytes] | None = None
@@ -81,7 +88,7 @@ class Supervisor:
         self.stopping = signum
 
     def _spawn(self, standby: bool = False) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, GPUSHARE_HUB_PID=str(self.hub_pid),
+        env = dict(os.environ, GPUSHARE_HUB_PID=str(self.hub_pid or ""),
                    GPUSHARE_SUPERVISOR_PID=str(os.getpid()))
         if standby:
             env["GPUSHARE_STANDBY"] = "1"
@@ -169,9 +176,15 @@ class Supervisor:
         while True:
             started = self._started = time.monotonic()
             self.child = self._next_broker()
-            while self.child.poll() is None and self.stopping is None and alive(self.hub_pid):
+            while self.child.poll() is None and self.stopping is None and self.hub_alive():
                 self._standby_when_served()
                 time.sleep(POLL_S)
+            if self.stopping is not None and self.external:  # asked to stop: so does it
+                print(f"gpushare supervisor: signal {self.stopping}; stopping the broker "
+                      f"(pid {self.child.pid})", file=sys.stderr, flush=True)
+                self._drop_standby()
+                self._stop_child(timeout=30.0)
+                return 0
             if self.stopping is not None:  # the hub stops its services: hand over and go
                 if self.child.poll() is None:
                     self.child.send_signal(signal.SIGUSR1)
@@ -180,7 +193,7 @@ class Supervisor:
                       file=sys.stderr, flush=True)
                 self._drop_standby()
                 return 0
-            if not alive(self.hub_pid):  # the hub died under us: so does the broker
+            if not self.hub_alive():  # the hub died under us: so does the broker
                 self._drop_standby()
                 self._stop_child()
                 return 0
@@ -193,6 +206,10 @@ class Supervisor:
             print(f"gpushare supervisor: the broker exited with {code} after {ran:.1f}s; "
                   f"restart {self.restarts} in {delay:.1f}s", file=sys.stderr, flush=True)
             time.sleep(delay)
+
+    def hub_alive(self) -> bool:
+        """Whether the hub this supervisor follows runs (outside the hub: always)."""
+        return self.external or alive(self.hub_pid)
 
     def _stop_child(self, timeout: float = 10.0) -> None:
         child = self.child
@@ -215,14 +232,17 @@ def restart_delay(served: bool, last: float) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m jupyter_gpushare.broker.ops.supervisor [broker arguments]``.
+    """``python -m jupyter_gpushare.broker.ops.supervisor [--external] [broker arguments]``.
 
-    ``GPUSHARE_SUPERVISOR_STANDBY=0`` in the environment turns the warm standby off (one
+    ``--external``: the broker runs outside the hub (module docstring). The
+    environment's ``GPUSHARE_SUPERVISOR_STANDBY=0`` turns the warm standby off (one
     idle process with the broker's modules imported, which makes a restart about a
     second faster).
     """
+    args = list(sys.argv[1:] if argv is None else argv)
+    external = bool(args) and args[0] == "--external"
     standby = os.environ.get("GPUSHARE_SUPERVISOR_STANDBY", "1") not in ("0", "false", "no")
-    return Supervisor(list(sys.argv[1:] if argv is None else argv), standby=standby).run()
+    return Supervisor(args[1:] if external else args, standby=standby, external=external).run()
 
 
 if __name__ == "__main__":
