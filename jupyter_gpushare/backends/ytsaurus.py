@@ -24,13 +24,16 @@ the cluster through ``ytsaurus-client`` (``yt.wrapper``), from the broker's work
 
 The token is read from a file when the client is made and goes nowhere else: not into
 the spec, the job's environment, the log or the handle.
+
+Here are the settings, the submit, the poll and the stop; next to this module are the
+``yt.wrapper`` helpers (:mod:`.ytsaurus_client`), a finished operation's result and output
+(:mod:`.ytsaurus_result`) and the jobs' log (:mod:`.ytsaurus_logs`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import stat
 import threading
 from collections import OrderedDict
@@ -42,69 +45,42 @@ from traitlets import Bool, Dict, Float, Integer, List, Unicode
 from . import ytsaurus_spec as ys
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .local import _with_cell_ids
-from .ytsaurus_job import joined, parse_rows
+from .ytsaurus_client import _is_no_such_operation, offline_client, spec_builder
+from .ytsaurus_job import joined
+from .ytsaurus_logs import YTsaurusLogs
+from .ytsaurus_result import INTERRUPTED_BY_YT, YTsaurusResult
 
-RUNNING_STATES = frozenset({
-    "starting", "orphaned", "waiting_for_agent", "initializing", "preparing",
-    "materializing", "reviving", "reviving_jobs", "pending", "running", "completing",
-    "aborting", "failing",
-})
+__all__ = [
+    "CACHE_SIZE",
+    "FINISHED_STATES",
+    "INTERRUPTED_BY_YT",
+    "RUNNING_STATES",
+    "YTsaurusBackend",
+    "offline_client",
+    "spec_builder",
+]
+
+RUNNING_STATES = frozenset(
+    {
+        "starting",
+        "orphaned",
+        "waiting_for_agent",
+        "initializing",
+        "preparing",
+        "materializing",
+        "reviving",
+        "reviving_jobs",
+        "pending",
+        "running",
+        "completing",
+        "aborting",
+        "failing",
+    }
+)
 """Operation states in which the job may still run (or is about to)."""
 FINISHED_STATES = frozenset({"completed", "failed", "aborted"})
-INTERRUPTED_BY_YT = (
-    "interrupted by YTsaurus, not by jupyter-gpushare: its scheduler preempted the job "
-    "(e.g. its pool was above its fair share while another pool starved); align the pools "
-    "with the policy (jupyter-gpushare export ytsaurus) and submit it again"
-)
 CACHE_SIZE = 512
 """Finished operations whose result and stderr are kept in memory (they no longer change)."""
-
-
-def offline_client() -> Any:
-    """A ``yt.wrapper`` client that never reaches a cluster: for building specs offline
-    (tests, ``--dry-run``); every request it would send fails at once."""
-    import yt.wrapper as yt
-
-    return yt.YtClient(
-        proxy="offline.invalid",
-        config={"apply_remote_patch_at_start": None, "proxy": {"retries": {"enable": False}}},
-    )
-
-
-def spec_builder(operation: dict[str, Any]) -> Any:
-    """The ``yt.wrapper`` ``VanillaSpecBuilder`` for an operation spec of
-    :func:`.ytsaurus_spec.operation_spec`: each option through the builder's own method
-    where it has one (``pool``, ``gpu_limit``, ``file_paths``...), the rest as a patch."""
-    from yt.wrapper.spec_builders import VanillaSpecBuilder
-
-    op = dict(operation)
-    builder = VanillaSpecBuilder()
-    for name, task in dict(op.pop("tasks")).items():
-        task_builder = builder.begin_task(name)
-        patch = {}
-        for key, value in task.items():
-            if hasattr(task_builder, key) and key != "spec":
-                getattr(task_builder, key)(value)
-            else:
-                patch[key] = value
-        if patch:
-            task_builder.spec(patch)
-        task_builder.end_task()
-    patch = {}
-    for key, value in op.items():
-        if hasattr(builder, key) and key not in ("spec", "task", "tasks"):
-            getattr(builder, key)(value)
-        else:
-            patch[key] = value
-    if patch:
-        builder.spec(patch)
-    return builder
-
-
-def _is_no_such_operation(exc: BaseException) -> bool:
-    check = getattr(exc, "is_no_such_operation", None)
-    resolve = getattr(exc, "is_resolve_error", None)
-    return bool((check and check()) or (resolve and resolve()))
 
 
 def _keep(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
@@ -114,24 +90,26 @@ def _keep(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
         cache.popitem(last=False)
 
 
-
-class YTsaurusBackend(ConfigurableJobBackend):
+class YTsaurusBackend(YTsaurusResult, YTsaurusLogs, ConfigurableJobBackend):
     """Runs each attempt of a job as a YTsaurus vanilla operation (see the module)."""
 
     name = "ytsaurus"
 
     proxy = Unicode(
-        "", config=True,
+        "",
+        config=True,
         help="The cluster's HTTP proxy, e.g. 'https://yt.example.com' (as YT_PROXY).",
     )
     token_path = Unicode(
-        "", config=True,
+        "",
+        config=True,
         help="File holding the YTsaurus token of the broker's robot user (mode 0600; read "
         "when the client is made, never logged, never passed to jobs). Empty: the "
         "client's own discovery (YT_TOKEN, ~/.yt/token).",
     )
     work_dir = Unicode(
-        "//tmp/gpushare", config=True,
+        "//tmp/gpushare",
+        config=True,
         help="Cypress folder for the jobs' snapshots and output tables "
         "(<work_dir>/<job id>/attempt-<n>/{input.ipynb,spec.json,output}).",
     )
@@ -141,7 +119,8 @@ class YTsaurusBackend(ConfigurableJobBackend):
         "of its own name.",
     )
     pool_trees = List(
-        Unicode(), config=True,
+        Unicode(),
+        config=True,
         help="YTsaurus pool trees the operations run in, e.g. ['gpu_h200'] (empty: the "
         "cluster's default tree).",
     )
@@ -151,12 +130,14 @@ class YTsaurusBackend(ConfigurableJobBackend):
         "{'train': 'h200'}, so a job runs on the GPU model its pool stands for.",
     )
     docker_image = Unicode(
-        "", config=True,
+        "",
+        config=True,
         help="Docker image of the jobs' root file system; it must hold Python with "
         "jupyter-gpushare, papermill and the notebooks' kernels.",
     )
     layer_paths = List(
-        Unicode(), config=True,
+        Unicode(),
+        config=True,
         help="Porto layers in Cypress (top first), instead of or beside docker_image.",
     )
     python = Unicode(
@@ -164,43 +145,51 @@ class YTsaurusBackend(ConfigurableJobBackend):
     )
     cpu_limit = Float(1.0, config=True, help="Cores per job where the grant names none.")
     memory_limit_mib = Integer(
-        4096, config=True,
+        4096,
+        config=True,
         help="Host memory per job (MiB) where the grant names none; YTsaurus kills a job "
         "above its memory_limit.",
     )
     time_limit_margin_s = Integer(
-        300, config=True,
+        300,
+        config=True,
         help="Seconds added to a job's runtime limit (and grace period) for the "
         "operation's time_limit: the broker stops an overrunning job first, with its "
         "reason; YTsaurus's limit holds while the broker is down.",
     )
     fail_on_job_restart = Bool(
-        True, config=True,
+        True,
+        config=True,
         help="Fail the operation if its job would be restarted (node lost, aborted by "
         "YTsaurus): the broker, not YTsaurus, decides about another attempt.",
     )
     owners_include_user = Bool(
-        True, config=True,
+        True,
+        config=True,
         help="Make the job's user an owner of its operation (they may read its stderr, "
         "abort it, open a job shell).",
     )
     instance = Unicode(
-        "gpushare", config=True,
+        "gpushare",
+        config=True,
         help="Names this broker in operation aliases (*<instance>-<job>-<attempt>); give "
         "each broker sharing a cluster its own.",
     )
     max_checkpoint_bytes = Integer(
-        256 * 1024 * 1024, config=True,
+        256 * 1024 * 1024,
+        config=True,
         help="Largest checkpoint folder (bytes, gzipped tar) carried from one attempt to the "
         "next through the attempt's output table (0: none; an attempt then starts afresh).",
     )
     deliver_output = Bool(
-        True, config=True,
+        True,
+        config=True,
         help="Write a finished run's executed notebook into the user's files "
         "(the job's output_path) from the broker's machine.",
     )
     output_cypress_dir = Unicode(
-        "", config=True,
+        "",
+        config=True,
         help="Also copy each executed notebook to this Cypress folder, e.g. "
         "'//home/{username}/gpushare' (empty: only the attempt's output table).",
     )
@@ -212,6 +201,10 @@ class YTsaurusBackend(ConfigurableJobBackend):
         self._finished: OrderedDict[str, RunStatus] = OrderedDict()  # op id -> final status
         self._stderr: OrderedDict[str, bytes] = OrderedDict()  # finished op id -> its stderr
         self._signalled: OrderedDict[str, None] = OrderedDict()
+
+    def _cache(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+        """Keep ``value`` in one of the bounded caches (at most :data:`CACHE_SIZE`)."""
+        _keep(cache, key, value)
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -228,8 +221,7 @@ class YTsaurusBackend(ConfigurableJobBackend):
             memory_limit_mib=self.memory_limit_mib,
             time_limit_margin_s=self.time_limit_margin_s,
             fail_on_job_restart=self.fail_on_job_restart,
-            scheduling_tag_filters={str(k): str(v) for k, v in
-                                    self.scheduling_tag_filters.items()},
+            scheduling_tag_filters={str(k): str(v) for k, v in self.scheduling_tag_filters.items()},
             instance=self.instance,
             owners_include_user=self.owners_include_user,
             max_checkpoint_bytes=self.max_checkpoint_bytes,
@@ -251,8 +243,7 @@ class YTsaurusBackend(ConfigurableJobBackend):
             path = Path(self.token_path)
             mode = path.stat().st_mode
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                self.log.warning("YTsaurus token file %s is readable by others: chmod 600 it",
-                                 path)
+                self.log.warning("YTsaurus token file %s is readable by others: chmod 600 it", path)
             token = path.read_text().strip()
         return yt.YtClient(proxy=self.proxy or None, token=token)
 
@@ -300,15 +291,20 @@ class YTsaurusBackend(ConfigurableJobBackend):
 
     def _handle(self, spec: RunSpec, op_id: str, paths: ys.AttemptPaths) -> RunHandle:
         grant = spec.grant or {}
-        return RunHandle(self.name, spec.job_id, spec.attempt, {
-            "operation_id": op_id,
-            "dir": paths.dir,
-            "output_table": paths.output,
-            "output_path": spec.output_path,
-            "user": spec.user,
-            "name": spec.name,
-            "grace_period_s": int(grant.get("grace_period_s") or 0),
-        })
+        return RunHandle(
+            self.name,
+            spec.job_id,
+            spec.attempt,
+            {
+                "operation_id": op_id,
+                "dir": paths.dir,
+                "output_table": paths.output,
+                "output_path": spec.output_path,
+                "user": spec.user,
+                "name": spec.name,
+                "grace_period_s": int(grant.get("grace_period_s") or 0),
+            },
+        )
 
     def submit(self, spec: RunSpec) -> RunHandle:
         reason = self.refusal(spec)
@@ -329,13 +325,19 @@ class YTsaurusBackend(ConfigurableJobBackend):
         resume = self._carry_checkpoint(spec, paths)
         operation = ys.operation_spec(spec, settings, resume=resume)
         op = client.run_operation(
-            spec_builder(operation), sync=False,
+            spec_builder(operation),
+            sync=False,
             run_operation_mutation_id=ys.mutation_id(settings, spec.job_id, spec.attempt),
         )
         op_id = str(op.id)
         self._record(paths, op_id)
-        self.log.info("job %s attempt %s: YTsaurus operation %s in pool %s",
-                      spec.job_id, spec.attempt, op_id, operation["pool"])
+        self.log.info(
+            "job %s attempt %s: YTsaurus operation %s in pool %s",
+            spec.job_id,
+            spec.attempt,
+            op_id,
+            operation["pool"],
+        )
         return self._handle(spec, op_id, paths)
 
     def _carry_checkpoint(self, spec: RunSpec, paths: ys.AttemptPaths) -> bool:
@@ -375,8 +377,9 @@ class YTsaurusBackend(ConfigurableJobBackend):
             )
         except Exception as exc:  # noqa: BLE001
             if _is_no_such_operation(exc):
-                return RunStatus(alive=False, error={"summary": f"YTsaurus has no operation "
-                                                                f"{op_id} any more"})
+                return RunStatus(
+                    alive=False, error={"summary": f"YTsaurus has no operation {op_id} any more"}
+                )
             self.log.warning("YTsaurus: cannot read operation %s: %s", op_id, exc)
             return RunStatus(alive=None)  # cannot tell now; asked again next pass
         state = str(info.get("state") or "")
@@ -387,69 +390,6 @@ class YTsaurusBackend(ConfigurableJobBackend):
         if state in RUNNING_STATES:
             return RunStatus(alive=True)
         return RunStatus(alive=None)  # a state this client does not know: keep watching
-
-    def _final(self, handle: RunHandle, op_id: str, state: str, info: dict[str, Any]
-               ) -> RunStatus:
-        if state == "completed":
-            table = str(handle.ref.get("output_table") or "")
-            try:
-                status, notebook = parse_rows(list(self.client.read_table(table, format="json")))
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("YTsaurus: cannot read %s: %s", table, exc)
-                status, notebook = None, None
-            if status is not None:
-                delivered = self._deliver(handle, notebook) if notebook is not None else None
-                error = status.get("error")
-                if status.get("terminated") and op_id not in self._signalled:
-                    error = dict(error or {}, summary=INTERRUPTED_BY_YT)
-                return RunStatus(
-                    alive=False, finished=True,
-                    exit_code=int(status.get("exit_code", 1)),
-                    error=error,
-                    output_path=delivered,
-                    started_at=status.get("started_at"), ended_at=status.get("ended_at"),
-                    terminated=bool(status.get("terminated")),
-                )
-            return RunStatus(alive=False, error={
-                "summary": f"YTsaurus operation {op_id} completed without a status row"})
-        error = (info.get("result") or {}).get("error") or {}
-        message = str(error.get("message") or state)
-        inner = [str(e.get("message")) for e in error.get("inner_errors") or []
-                 if isinstance(e, dict) and e.get("message")]
-        text = "; ".join([message, *inner[:2]])[:500]
-        return RunStatus(alive=False, terminated=op_id in self._signalled,
-                         error={"summary": f"YTsaurus operation {op_id} {state}: {text}"})
-
-    def _deliver(self, handle: RunHandle, notebook: bytes) -> str | None:
-        """Put the executed notebook where the user finds it; the local path written."""
-        user = str(handle.ref.get("user") or "")
-        if self.output_cypress_dir and user:
-            folder = self.output_cypress_dir.format(username=user).rstrip("/")
-            name = os.path.basename(str(handle.ref.get("output_path") or "")) or \
-                f"{handle.job_id}.ipynb"
-            try:
-                self.client.create("map_node", folder, recursive=True, ignore_existing=True)
-                self.client.write_file(f"{folder}/{name}", notebook)
-            except Exception as exc:  # noqa: BLE001
-                self.log.warning("YTsaurus: cannot copy the output of %s to %s: %s",
-                                 handle.job_id, folder, exc)
-        out = str(handle.ref.get("output_path") or "")
-        if not (self.deliver_output and out):
-            return None
-        try:
-            target = Path(out)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(target.name + ".partial")
-            tmp.write_bytes(notebook)
-            owner = target.parent.stat()
-            if os.geteuid() == 0:  # the broker runs as root: the file is the user's
-                os.chown(tmp, owner.st_uid, owner.st_gid)
-            os.replace(tmp, target)
-            return str(target)
-        except OSError as exc:
-            self.log.warning("cannot write the output of job %s to %s: %s",
-                             handle.job_id, out, exc)
-            return None
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -487,62 +427,6 @@ class YTsaurusBackend(ConfigurableJobBackend):
         except Exception as exc:  # noqa: BLE001 - finished already, or gone
             if not _is_no_such_operation(exc):
                 self.log.info("YTsaurus: abort of %s: %s", op_id, exc)
-
-    # -- log and output ---------------------------------------------------------------------
-
-    def _operations(self, job_id: str) -> list[str]:
-        """The operation of every attempt of ``job_id``, in attempt order."""
-        base = ys.job_dir(self.settings, job_id)
-        try:
-            names = [str(n) for n in self.client.list(base)]
-        except Exception:  # noqa: BLE001 - no attempt yet
-            return []
-        attempts = sorted(int(n.split("-", 1)[1]) for n in names
-                          if n.startswith("attempt-") and n.split("-", 1)[1].isdigit())
-        out = []
-        for n in attempts:
-            op_id = self._recorded_operation(ys.attempt_paths(self.settings, job_id, n))
-            if op_id:
-                out.append(op_id)
-        return out
-
-    def _op_stderr(self, op_id: str) -> bytes:
-        cached = self._stderr.get(op_id)
-        if cached is not None:
-            return cached
-        data = b""
-        try:
-            found = self.client.list_jobs(op_id)
-            jobs = found.get("jobs") if isinstance(found, dict) else found
-            for job in jobs or []:
-                stderr = self.client.get_job_stderr(op_id, str(job["id"]))
-                data += stderr.read() if hasattr(stderr, "read") else bytes(stderr)
-        except Exception as exc:  # noqa: BLE001 - a job without stderr (yet)
-            self.log.debug("YTsaurus: no stderr of %s: %s", op_id, exc)
-            return data
-        if op_id in self._finished:  # it no longer changes
-            _keep(self._stderr, op_id, data)
-        return data
-
-    def _log(self, job_id: str) -> bytes:
-        return b"".join(self._op_stderr(op_id) for op_id in self._operations(job_id))
-
-    def log_size(self, job_id: str) -> int:
-        return len(self._log(job_id))
-
-    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
-        data = self._log(job_id)[max(0, offset):max(0, offset) + max_bytes]
-        return data, max(0, offset) + len(data)
-
-    def fetch_output(self, handle: RunHandle) -> bytes | None:
-        table = str(handle.ref.get("output_table") or "")
-        if not table:
-            return None
-        try:
-            _, notebook = parse_rows(list(self.client.read_table(table, format="json")))
-        except Exception:  # noqa: BLE001 - no table (yet)
-            return None
-        return notebook
 
     def forget(self, job_id: str) -> None:
         for op_id in self._operations(job_id):
