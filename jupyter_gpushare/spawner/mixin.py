@@ -15,32 +15,31 @@ grant (:meth:`apply_grant`, per spawner) and start the server. A refusal ends th
 with :class:`~jupyterhub.spawner.SpawnException` carrying the broker's reason. Stop: stop
 the server, then release the grant. The grant id lives in the spawner state, so a hub
 restart finds servers and grants as they were.
+
+Asking the broker and waiting in its queue is :mod:`.grant_request`; the times shown on the
+progress page are written by :mod:`.time_text`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import time
-import uuid
 from typing import Any
 
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import maybe_future
 from traitlets import Float, Unicode, default
 
-from jupyter_gpushare.broker.client import BrokerClient, BrokerError, GrantInfo, RequestAnswer
+from jupyter_gpushare.broker.client import BrokerClient, BrokerError, GrantInfo
 from jupyter_gpushare.core.model import Profile
 from jupyter_gpushare.spawner import form as formlib
 from jupyter_gpushare.spawner.errors import spawn_error
+from jupyter_gpushare.spawner.grant_request import REASON_CHARS, GrantRequestMixin
 from jupyter_gpushare.spawner.profile_choice import ProfileChoiceMixin
+from jupyter_gpushare.spawner.time_text import _iso
 
-REASON_CHARS = 400
-"""Characters of a broker's reason that a spawn error or progress message (and so the hub's
-log) quotes; the rest is cut ("… (N characters)"): a reason may echo what a user sent."""
-
-__all__ = ["GPUShareSpawner", "GPUShareSpawnerMixin", "spawn_error"]
+__all__ = ["REASON_CHARS", "GPUShareSpawner", "GPUShareSpawnerMixin", "spawn_error"]
 
 DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
 
@@ -48,34 +47,7 @@ CHECK_RETRY_S = 10.0
 """Default of ``grant_check_retry_s``."""
 
 
-def _iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
-
-
-def _parse_iso(text: Any) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if d.tzinfo is None:
-        d = d.replace(tzinfo=datetime.timezone.utc)
-    return d.timestamp()
-
-
-def _clock(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%H:%M:%S UTC")
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    return f"{seconds // 60} min {seconds % 60:02d} s"
-
-
-class GPUShareSpawner(ProfileChoiceMixin, Spawner):
+class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
     """Mixin: put it first in the bases of a concrete spawner (the profile, the form and
     the options: :class:`~.profile_choice.ProfileChoiceMixin`)."""
 
@@ -193,8 +165,9 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
     def broker(self) -> BrokerClient:
         client = getattr(self, "_gpushare_client", None)
         if client is None or client.base_url != self.broker_url.rstrip("/"):
-            client = BrokerClient(self.broker_url, self.broker_api_token,
-                                  retry_window_s=self.broker_retry_window_s)
+            client = BrokerClient(
+                self.broker_url, self.broker_api_token, retry_window_s=self.broker_retry_window_s
+            )
             self._gpushare_client = client
         return client
 
@@ -234,117 +207,6 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
         raise NotImplementedError
 
     # ---------------------------------------------------------------- start and stop
-
-    def _waiting_event(self, answer: RequestAnswer, label: str) -> None:
-        data: dict[str, Any] = {
-            "status": answer.status,
-            "position": answer.position,
-            "request_id": answer.request_id,
-        }
-        if answer.status == "preempting":
-            msg = f"Reclaiming borrowed GPU capacity for {label}: " + (
-                answer.reason or "the borrowing servers get their grace period"
-            )
-            deadline = _parse_iso(answer.raw.get("deadline"))
-            if deadline is None and answer.expected_wait_s is not None:
-                deadline = time.time() + float(answer.expected_wait_s)
-            if deadline is not None:
-                # the broker's own deadline: the victims' grace period ends then
-                left = max(0.0, deadline - time.time())
-                data["deadline"] = _iso(deadline)
-                data["seconds_left"] = round(left)
-                msg += (
-                    f"; the borrowers are stopped at {_clock(deadline)} "
-                    f"(in {_duration(left)}), then your server starts"
-                )
-        else:
-            pos = f"position {answer.position}" if answer.position else "waiting"
-            wait = (
-                f", expected wait about {max(1, round(answer.expected_wait_s / 60))} min"
-                if answer.expected_wait_s
-                else ""
-            )
-            msg = f"Queued for {label}: {pos}{wait}" + (
-                f" ({formlib.clip(answer.reason, REASON_CHARS)})" if answer.reason else ""
-            )
-        self._event(10, msg, gpushare=data)
-
-    async def _wait_in_queue(self, answer: RequestAnswer, label: str) -> RequestAnswer:
-        deadline = time.monotonic() + self.queue_timeout
-        last: tuple[Any, ...] | None = None
-        told = float("-inf")
-        while answer.pending:
-            note = (answer.status, answer.position)
-            now = time.monotonic()
-            left = answer.expected_wait_s
-            if answer.status == "preempting" and answer.raw.get("deadline"):
-                left = (_parse_iso(answer.raw.get("deadline")) or time.time()) - time.time()
-            every = self.countdown_interval if (left or 0) > 10 else 1.0
-            countdown = answer.status == "preempting" and left is not None and now - told >= every
-            if note != last or countdown:
-                last, told = note, now
-                self._waiting_event(answer, label)
-            if time.monotonic() > deadline:
-                await self._cancel_request(answer.request_id)
-                raise spawn_error(
-                    f"No GPU share for {label} after waiting {self.queue_timeout:.0f} s in the "
-                    "queue; the request was withdrawn. Try a smaller profile or later.",
-                    reason="gpushare-queue-timeout",
-                    status_code=503,
-                )
-            await asyncio.sleep(self.queue_poll_interval)
-            answer = await self.broker.get_request(answer.request_id)
-        return answer
-
-    async def _cancel_request(self, request_id: str) -> None:
-        try:
-            await self.broker.cancel_request(request_id)
-        except BrokerError as exc:
-            self.log.warning("gpushare: could not cancel request %s: %s", request_id, exc)
-
-    async def acquire_grant(self, slug: str, label: str) -> GrantInfo:
-        key = f"{self.user.name}/{self.name}/{uuid.uuid4().hex}"
-        try:
-            answer = await self.broker.request(
-                user=self.user.name,
-                server=self.name,
-                groups=self.user_groups(),
-                profile=slug,
-                idempotency_key=key,
-            )
-        except BrokerError as exc:
-            status = exc.status if 400 <= exc.status < 500 else 503
-            raise spawn_error(
-                f"The GPU broker could not take the request for {label}: "
-                f"{formlib.clip(exc.reason, REASON_CHARS)}",
-                reason="gpushare-broker",
-                status_code=status,
-            ) from None
-        self.gpushare_request_id = answer.request_id
-        try:
-            answer = await self._wait_in_queue(answer, label)
-        except asyncio.CancelledError:
-            # the hub gave up (start_timeout) or the user cancelled: leave the queue
-            await asyncio.shield(self._cancel_request(answer.request_id))
-            raise
-        except BrokerError as exc:
-            await self._cancel_request(answer.request_id)
-            raise spawn_error(
-                f"Lost contact with the GPU broker while waiting for {label}: "
-                f"{formlib.clip(exc.reason, REASON_CHARS)}",
-                reason="gpushare-broker",
-                status_code=503,
-            ) from None
-        if answer.status != "granted" or answer.grant is None:
-            code = (answer.code or "").lower()
-            status = 403 if code in ("forbidden", "not_allowed", "not-allowed") else 409
-            raise spawn_error(
-                f"Cannot start {label}: "
-                f"{formlib.clip(answer.reason or 'refused by the GPU broker', REASON_CHARS)}",
-                reason=f"gpushare-{code or 'refused'}",
-                status_code=status,
-            )
-        return answer.grant
 
     async def start(self) -> Any:  # type: ignore[override]
         self.__dict__["_gpushare_events"] = []
@@ -471,7 +333,9 @@ class GPUShareSpawner(ProfileChoiceMixin, Spawner):
                 self.__dict__["_gpushare_check_after"] = time.monotonic() + retry
                 self.log.warning(
                     "gpushare: cannot check grant %s yet (asking again in %.0f s): %s",
-                    gid, retry, exc,
+                    gid,
+                    retry,
+                    exc,
                 )
                 return status
             self.__dict__["_gpushare_checked"] = True
