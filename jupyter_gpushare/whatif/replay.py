@@ -30,149 +30,60 @@ deadline (the record shows such a grant preempted: its hold *is* the time to pre
 
 What can differ from the broker (timing of reconcile, culling, node loss, the idle
 culler's own decisions) is listed in ``docs/whatif.md``.
+
+The parts live next to this module: the records and the result (:mod:`.replay_records`), the
+month's GPU-hours (:mod:`.replay_ledger`) and the admission facts (:mod:`.replay_facts`);
+here is the event loop with its arrivals, decisions, releases and preemptions.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from ..core.admission import AdmissionFacts, Decision, Outcome, decide
+from ..core.admission import Decision, Outcome
 from ..core.grant_end import EndKind
-from ..core.ledger import month_bounds, month_of
-from ..core.model import UNIT, Grant, Kind, Policy, Request
+from ..core.model import Grant, Kind, Policy, Request
 from ..core.placement import place
 from ..core.state import CapacityError, ClusterState
 from .demand import Demand, sort_demands
 from .queue import ReplayQueue
+from .replay_facts import ReplayFacts
+from .replay_ledger import _Ledger
+from .replay_records import (
+    DemandOutcome,
+    GrantRecord,
+    QueueLimits,
+    ReplayResult,
+    _Live,
+    _Pending,
+)
+
+__all__ = [
+    "DemandOutcome",
+    "GrantRecord",
+    "QueueLimits",
+    "Replay",
+    "ReplayResult",
+    "replay",
+]
 
 RELEASE, DEADLINE, CANCEL, ARRIVE = 0, 1, 2, 3
 
 
-@dataclass(frozen=True)
-class QueueLimits:
-    """The broker's queue limits (``BrokerLimits``); 0: no limit."""
-
-    per_user: int = 50
-    per_team: int = 500
-
-
-@dataclass
-class GrantRecord:
-    """One grant of the replay (or of the record, for the fidelity comparison)."""
-
-    request_id: str
-    demand_id: str
-    team: str
-    pool: str
-    kind: str
-    units_milli: int
-    node: str
-    gpus: tuple[str, ...]
-    granted_at: float
-    released_at: float | None = None
-    end: str | None = None
-    borrowed: bool = False
-
-
-@dataclass
-class DemandOutcome:
-    """What became of one demand in the replay."""
-
-    demand_id: str
-    team: str
-    pool: str
-    kind: str
-    units_milli: int
-    arrival: float
-    work_s: float
-    first_granted_at: float | None = None
-    status: str = "waiting"  # served, refused, gave_up, lost_preempted, waiting
-    preemptions: int = 0
-    attempts: int = 0
-    lost_s: float = 0.0  # seconds of work (x units) never served: refused, gave up, stopped
-    utilization: float | None = None  # the demand's recorded mean use (0..1); None: unmeasured
-
-    @property
-    def wait_s(self) -> float | None:
-        return None if self.first_granted_at is None else self.first_granted_at - self.arrival
-
-    @property
-    def lost_gpu_hours(self) -> float:
-        return self.units_milli * self.lost_s / UNIT / 3600.0
-
-
-@dataclass
-class ReplayResult:
-    """Every grant and every demand's outcome of one replay."""
-
-    policy: Policy
-    grants: list[GrantRecord]
-    outcomes: list[DemandOutcome]
-    decisions: int = 0
-
-
-@dataclass
-class _Pending:
-    request: Request
-    victims: set[str]
-    deadline: float
-    reason: str
-
-
-@dataclass
-class _Live:
-    demand: Demand
-    attempt: int
-    work_left: float  # seconds of work this grant must still hold for
-    record: GrantRecord
-
-
-@dataclass
-class _Ledger:
-    """GPU-hours of the current UTC month per (team, pool) (the broker's ``MonthLedger``)."""
-
-    month: tuple[int, int] = (0, 0)
-    start: float = 0.0
-    closed: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
-    live: dict[str, GrantRecord] = field(default_factory=dict)
-    history: list[GrantRecord] = field(default_factory=list)
-
-    def hours(self, key: tuple[str, str], now: float) -> float:
-        if month_of(now) != self.month:
-            self._reset(now)
-        live = sum(r.units_milli * (now - max(r.granted_at, self.start))
-                   for r in self.live.values() if (r.team, r.pool) == key)
-        return self.closed.get(key, 0.0) + max(0.0, live) / UNIT / 3600.0
-
-    def _reset(self, now: float) -> None:
-        self.month = month_of(now)
-        self.start = month_bounds(*self.month)[0]
-        self.closed = defaultdict(float)
-        for r in self.history:
-            if r.released_at is not None and r.released_at > self.start:
-                begin = max(r.granted_at, self.start)
-                hours = r.units_milli * (r.released_at - begin) / UNIT / 3600
-                self.closed[(r.team, r.pool)] += hours
-
-    def close(self, record: GrantRecord) -> None:
-        self.live.pop(record.request_id, None)
-        self.history.append(record)
-        assert record.released_at is not None
-        if self.month != (0, 0) and record.released_at > self.start:
-            begin = max(record.granted_at, self.start)
-            self.closed[(record.team, record.pool)] += (
-                record.units_milli * (record.released_at - begin) / UNIT / 3600)
-
-
-class Replay:
+class Replay(ReplayFacts):
     """One replay of ``demands`` under ``policy`` (see the module's docstring)."""
 
-    def __init__(self, policy: Policy, demands: Sequence[Demand], *,
-                 limits: QueueLimits | None = None, requeue_delay_s: float = 60.0,
-                 budgets: bool | None = None, warm: Sequence[Request] = ()) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        demands: Sequence[Demand],
+        *,
+        limits: QueueLimits | None = None,
+        requeue_delay_s: float = 60.0,
+        budgets: bool | None = None,
+        warm: Sequence[Request] = (),
+    ) -> None:
         self.policy = policy
         self.demands = sort_demands(demands)
         self.limits = limits or QueueLimits()
@@ -194,14 +105,15 @@ class Replay:
         self.decisions = 0
         self.by_id = {d.id: d for d in self.demands}
         self.ledger = _Ledger()
-        has_budget = any(q.gpu_hours_per_month is not None
-                         for t in policy.teams for _, q in t.quotas)
+        has_budget = any(
+            q.gpu_hours_per_month is not None for t in policy.teams for _, q in t.quotas
+        )
         self.budgets = has_budget if budgets is None else budgets
         self.pending_version = 0
-        self._waiting_cache: dict[str, tuple[tuple[int, int, int],
-                                             frozenset[tuple[str, str]]]] = {}
-        self.guarantees = {(t.name, pool): q.guaranteed_milli
-                           for t in policy.teams for pool, q in t.quotas}
+        self._waiting_cache: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, str]]]] = {}
+        self.guarantees = {
+            (t.name, pool): q.guaranteed_milli for t in policy.teams for pool, q in t.quotas
+        }
         self._warm(warm)
 
     def _warm(self, requests: Sequence[Request]) -> None:
@@ -217,8 +129,15 @@ class Replay:
     def run(self) -> ReplayResult:
         for d in self.demands:
             self.outcomes[d.id] = DemandOutcome(
-                d.id, d.team, d.pool, d.first.kind.value, d.units_milli, d.arrival, d.work_s,
-                utilization=d.utilization)
+                d.id,
+                d.team,
+                d.pool,
+                d.first.kind.value,
+                d.units_milli,
+                d.arrival,
+                d.work_s,
+                utilization=d.utilization,
+            )
             if d.placed is None or not self._place_carried(d, d.placed):
                 self._arrival(d, 0, d.enters)
         while self.heap:
@@ -265,63 +184,6 @@ class Replay:
         priority = self.policy.priority(name)
         return priority.value if priority is not None else 0
 
-    # -- facts --------------------------------------------------------------------------------
-
-    def facts(self, now: float, req: Request, retry: bool = False) -> AdmissionFacts:
-        """The broker's :func:`~jupyter_gpushare.broker.service.lifecycle.facts`.
-
-        Which teams wait inside their guarantee is read by the core only for a request
-        that would borrow (above its own guarantee): for one inside it, the set is left
-        empty, which changes no decision and saves a pass over the waiting teams."""
-        key = (req.team, req.pool)
-        hours = {key: self.ledger.hours(key, now)} if self.budgets else {}
-        if self._within_guarantee(req.team, req.pool, req.gpu.units_milli):
-            return AdmissionFacts(now=now, gpu_hours_used=hours, retry=retry)
-        return AdmissionFacts(now=now, gpu_hours_used=hours,
-                              waiting_within_guarantee=self._waiting(req.pool), retry=retry)
-
-    def _waiting(self, pool: str) -> frozenset[tuple[str, str]]:
-        """Teams with a queued or preempting request inside their guarantee in ``pool``.
-
-        The core reads this set for *other* teams only, so the broker's "excluding the
-        request itself" (which changes only the request's own team) is left out, and the
-        set is kept until the state, the queue or the preempting requests change."""
-        key = (self.state.version, self.queue.version, self.pending_version)
-        hit = self._waiting_cache.get(pool)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        waiting: set[tuple[str, str]] = set()
-        for team in self.queue.teams_waiting(pool):
-            smallest = self.queue.smallest_waiting(team, pool)
-            if smallest is not None and self._within_guarantee(team, pool, smallest):
-                waiting.add((team, pool))
-        for pend in self.pending.values():
-            other = pend.request
-            if other.pool == pool and self._within_guarantee(other.team, pool,
-                                                             other.gpu.units_milli):
-                waiting.add((other.team, pool))
-        found = frozenset(waiting)
-        self._waiting_cache[pool] = (key, found)
-        return found
-
-    def _within_guarantee(self, team_name: str, pool: str, units_milli: int) -> bool:
-        guaranteed = self.guarantees.get((team_name, pool))
-        if guaranteed is None:
-            return False
-        return self.state.team_used(team_name, pool) + units_milli <= guaranteed
-
-    def _decide(self, req: Request, retry: bool) -> Decision:
-        self.decisions += 1
-        return decide(self.state, req, self._gid(), self.facts(self.now, req, retry))
-
-    def _queue_limit(self, req: Request) -> Decision | None:
-        lim = self.limits
-        if lim.per_user and self.queue.per_user[req.user] >= lim.per_user:
-            return Decision(Outcome.REFUSED, "queue limit per user", "queue_limit")
-        if lim.per_team and self.queue.per_team[req.team] >= lim.per_team:
-            return Decision(Outcome.REFUSED, "queue limit per team", "queue_limit")
-        return None
-
     # -- arrivals and decisions ---------------------------------------------------------------
 
     def _arrive(self, demand: Demand, k: int) -> None:
@@ -357,9 +219,17 @@ class Replay:
             out.first_granted_at = self.now
         work = self._work_left(demand)
         record = GrantRecord(
-            req.id, demand.id, req.team, req.pool, req.kind.value, grant.units_milli,
-            grant.placement.node, tuple(s.gpu_uuid for s in grant.placement.slices),
-            self.now, borrowed=grant.borrowed)
+            req.id,
+            demand.id,
+            req.team,
+            req.pool,
+            req.kind.value,
+            grant.units_milli,
+            grant.placement.node,
+            tuple(s.gpu_uuid for s in grant.placement.slices),
+            self.now,
+            borrowed=grant.borrowed,
+        )
         self.grants.append(record)
         self.ledger.live[req.id] = record
         self.live[grant.id] = _Live(demand, k, work, record)
@@ -377,9 +247,17 @@ class Replay:
         out.first_granted_at = grant.granted_at
         out.attempts += 1
         record = GrantRecord(
-            req.id, demand.id, req.team, req.pool, req.kind.value, grant.units_milli,
-            grant.placement.node, tuple(s.gpu_uuid for s in grant.placement.slices),
-            grant.granted_at, borrowed=grant.borrowed)
+            req.id,
+            demand.id,
+            req.team,
+            req.pool,
+            req.kind.value,
+            grant.units_milli,
+            grant.placement.node,
+            tuple(s.gpu_uuid for s in grant.placement.slices),
+            grant.granted_at,
+            borrowed=grant.borrowed,
+        )
         self.grants.append(record)
         self.ledger.live[req.id] = record
         self.live[grant.id] = _Live(demand, 0, demand.work_s, record)
