@@ -39,6 +39,9 @@ A month in progress (``MonthRows.now`` before its end) stops at ``now``: ``H`` i
 elapsed, nothing after ``now`` counts (a live grant or a waiting request runs to ``now``),
 the series has the days begun only, and :class:`Projection` holds the linear extrapolation
 apart.
+
+The figures' types are in :mod:`.figure_types` and the arithmetic under them in
+:mod:`.figure_math`; here they are computed.
 """
 
 from __future__ import annotations
@@ -46,13 +49,46 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from ..core.grant_end import EndKind, kind_of
-from .rows import GrantRow, MonthRows, UsageRow
+from .figure_math import (
+    DAY_S,
+    _grant_use,
+    _lent_hours,
+    _ratio,
+    _split_days,
+    median,
+    overlap_h,
+    p95,
+)
+from .figure_types import (
+    MonthFigures,
+    NodePower,
+    PoolFigures,
+    Projection,
+    Series,
+    TeamPoolFigures,
+    Thresholds,
+)
+from .rows import GrantRow, MonthRows
 
-DAY_S = 86400.0
+__all__ = [
+    "DAY_S",
+    "HIST_BINS",
+    "NO_POWER_NOTE",
+    "MonthFigures",
+    "NodePower",
+    "PoolFigures",
+    "Projection",
+    "Series",
+    "TeamPoolFigures",
+    "Thresholds",
+    "compute",
+    "median",
+    "overlap_h",
+    "p95",
+]
+
 HIST_BINS = 10
 
 NO_POWER_NOTE = (
@@ -60,250 +96,6 @@ NO_POWER_NOTE = (
     "node cannot be given. Servers send the card's power (power_w) with each heartbeat "
     "from this version on."
 )
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Where a session counts as data-bound (documented in ``docs/report.md``)."""
-
-    data_bound_util: float = 0.3  # use below this share of the grant's compute ...
-    data_bound_memory: float = 0.5  # ... while holding at least this share of its memory
-
-
-@dataclass
-class TeamPoolFigures:
-    """The month of one team in one pool."""
-
-    team: str
-    pool: str
-    guaranteed_units: float = 0.0
-    borrow_limit_units: float = 0.0
-    budget_gpu_hours: float | None = None
-    guaranteed_gpu_hours: float = 0.0
-    granted_gpu_hours: float = 0.0
-    borrowed_gpu_hours: float = 0.0
-    lent_gpu_hours: float = 0.0
-    measured_gpu_hours: float = 0.0
-    used_gpu_hours: float = 0.0
-    idle_share: float | None = None
-    queued_gpu_hours: float = 0.0
-    refused_gpu_hours: float = 0.0
-    requests: int = 0
-    grants: int = 0
-    queue_wait_median_s: float | None = None
-    queue_wait_p95_s: float | None = None
-    refusals: dict[str, int] = field(default_factory=dict)
-    preemptions: dict[str, int] = field(default_factory=dict)
-    culled: int = 0
-    data_bound_sessions: int = 0
-    data_bound_gpu_hours: float = 0.0
-    budget_used_share: float | None = None
-
-    @property
-    def unmet_gpu_hours(self) -> float:
-        return self.queued_gpu_hours + self.refused_gpu_hours
-
-
-@dataclass
-class PoolFigures:
-    """The month of one pool, all teams together."""
-
-    pool: str
-    capacity_units: float
-    gpus: int
-    capacity_gpu_hours: float
-    guaranteed_gpu_hours: float = 0.0
-    granted_gpu_hours: float = 0.0
-    borrowed_gpu_hours: float = 0.0
-    measured_gpu_hours: float = 0.0
-    used_gpu_hours: float = 0.0
-    queued_gpu_hours: float = 0.0
-    refused_gpu_hours: float = 0.0
-    demand_gpu_hours: float = 0.0
-    demand_share: float | None = None  # demand / capacity
-    occupancy: float | None = None  # granted / capacity
-    utilisation: float | None = None  # used / measured
-    idle_share: float | None = None
-    queue_wait_median_s: float | None = None
-    queue_wait_p95_s: float | None = None
-    refusals: dict[str, int] = field(default_factory=dict)
-    preemptions: dict[str, int] = field(default_factory=dict)
-    culled: int = 0
-    data_bound_sessions: int = 0
-    data_bound_gpu_hours: float = 0.0
-
-    @property
-    def unmet_gpu_hours(self) -> float:
-        return self.queued_gpu_hours + self.refused_gpu_hours
-
-
-@dataclass
-class NodePower:
-    """Power of one node's GPUs over the month's hours that had samples."""
-
-    node: str
-    pool: str
-    hours: int
-    peak_w: float
-    average_w: float
-
-    @property
-    def peak_to_average(self) -> float | None:
-        return self.peak_w / self.average_w if self.average_w else None
-
-
-@dataclass
-class Series:
-    """What the plots draw: per day and the utilisation histogram."""
-
-    days: int
-    gpu_hours_per_team_day: dict[str, list[float]]
-    util_histogram_gpu_hours: list[float]  # HIST_BINS bins of use / share, by GPU-hours
-    wait_median_per_day_s: list[float | None]
-    wait_p95_per_day_s: list[float | None]
-
-
-@dataclass
-class Projection:
-    """A linear projection of a partial month to its end: NOT a measurement. Each figure
-    is the elapsed figure x (hours of the month / hours elapsed)."""
-
-    factor: float  # month hours / elapsed hours
-    granted_gpu_hours: dict[str, float] = field(default_factory=dict)  # "team/pool" -> GPU-h
-    budget_share: dict[str, float] = field(default_factory=dict)  # "team/pool" -> share
-
-
-@dataclass
-class MonthFigures:
-    """All figures of one month (the recommendation is added by :mod:`.rule`).
-
-    For a month in progress (``partial``) every figure covers ``[start, until)`` only:
-    ``hours`` are the elapsed hours (``month_hours`` the whole month's), guarantees and
-    capacity count those hours, budgets are the share used so far; ``projection`` is the
-    separate, labelled extrapolation."""
-
-    month: str
-    start: float
-    end: float
-    hours: float
-    teams: list[TeamPoolFigures]
-    pools: list[PoolFigures]
-    power: list[NodePower]
-    power_note: str
-    series: Series
-    thresholds: Thresholds
-    policy_version: str = ""
-    until: float = 0.0  # the figures stop here: ``end``, or the report's ``now`` if earlier
-    partial: bool = False
-    month_hours: float = 0.0
-    projection: Projection | None = None
-
-    @property
-    def elapsed_share(self) -> float:
-        """The share of the month the figures cover (1.0 for a finished month)."""
-        return self.hours / self.month_hours if self.month_hours else 1.0
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def overlap_h(begin: float, stop: float | None, start: float, end: float) -> float:
-    """Hours of ``[begin, stop)`` inside ``[start, end)`` (``stop`` None: open to ``end``)."""
-    last = end if stop is None else min(stop, end)
-    return max(0.0, last - max(begin, start)) / 3600.0
-
-
-def median(values: Sequence[float]) -> float | None:
-    return float(statistics.median(values)) if values else None
-
-
-def p95(values: Sequence[float]) -> float | None:
-    """The 95th percentile by nearest rank (a value that occurred)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)])
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
-
-
-def _grant_use(grant: GrantRow, use: UsageRow | None) -> tuple[float, float | None]:
-    """(used units, memory share held) of a measured grant; (0, None) without slices."""
-    if use is None:
-        return 0.0, None
-    used = 0.0
-    mem_held = 0.0
-    mem_total = 0
-    for sl in grant.slices:
-        g = use.gpus.get(sl.gpu_uuid)
-        mem_total += sl.memory_mib
-        if g is None:
-            continue
-        used += min(sl.compute, max(0.0, g.mean_util_pct) / 100.0)
-        mem_held += min(float(sl.memory_mib), max(0.0, g.mean_memory_mib))
-    if not grant.slices:  # no slices recorded: the grant's units stand for its compute
-        means = [g.mean_util_pct for g in use.gpus.values()]
-        used = min(grant.units, sum(max(0.0, m) for m in means) / 100.0)
-    return used, (mem_held / mem_total if mem_total else None)
-
-
-def _lent_hours(
-    grants: Iterable[GrantRow], guaranteed: dict[str, float], start: float, end: float
-) -> dict[str, float]:
-    """Lent GPU-hours per team of one pool (see the module docstring), by one sweep."""
-    events: list[tuple[float, int, str, float, float]] = []
-    for g in grants:
-        begin = max(g.granted_at, start)
-        stop = end if g.released_at is None else min(g.released_at, end)
-        if stop <= begin:
-            continue
-        borrowed = g.units if g.borrowed else 0.0
-        events.append((begin, 1, g.team, g.units, borrowed))
-        events.append((stop, 0, g.team, -g.units, -borrowed))
-    events.sort(key=lambda e: (e[0], e[1]))
-    used: dict[str, float] = defaultdict(float)
-    unused = {t: max(0.0, gu) for t, gu in guaranteed.items()}
-    total_unused = sum(unused.values())
-    borrowed_now = 0.0
-    integral = 0.0  # running integral of f = min(1, B / U) over time (seconds)
-    mark: dict[str, float] = dict.fromkeys(unused, 0.0)  # integral when u last changed
-    lent: dict[str, float] = dict.fromkeys(unused, 0.0)
-    last_t = start
-    for t, _order, team, d_used, d_borrowed in events:
-        if t > last_t:
-            f = min(1.0, borrowed_now / total_unused) if total_unused > 1e-12 else 0.0
-            integral += f * (t - last_t)
-            last_t = t
-        borrowed_now = max(0.0, borrowed_now + d_borrowed)
-        used[team] += d_used
-        if team in unused:
-            lent[team] += unused[team] * (integral - mark[team])
-            mark[team] = integral
-            new = max(0.0, guaranteed[team] - used[team])
-            total_unused += new - unused[team]
-            unused[team] = new
-    if end > last_t:
-        f = min(1.0, borrowed_now / total_unused) if total_unused > 1e-12 else 0.0
-        integral += f * (end - last_t)
-    for team in unused:
-        lent[team] += unused[team] * (integral - mark[team])
-    return {t: v / 3600.0 for t, v in lent.items()}
-
-
-def _split_days(begin: float, stop: float, start: float, days: int) -> Iterable[tuple[int, float]]:
-    """(day index, hours) pieces of ``[begin, stop)`` (already clipped to the month)."""
-    t = begin
-    while t < stop:
-        day = int((t - start) // DAY_S)
-        day_end = min(stop, start + (day + 1) * DAY_S)
-        if 0 <= day < days:
-            yield day, (day_end - t) / 3600.0
-        t = day_end
-
-
-# -- the figures ----------------------------------------------------------------------------
 
 
 def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigures:
@@ -388,9 +180,7 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
             for day, piece in _split_days(begin, stop, start, days):
                 per_day[day] += piece * g.units
 
-    ref_duration = {
-        p: (float(statistics.median(d)) if d else 1.0) for p, d in durations.items()
-    }
+    ref_duration = {p: (float(statistics.median(d)) if d else 1.0) for p, d in durations.items()}
     waits: dict[tuple[str, str], list[float]] = defaultdict(list)
     pool_waits: dict[str, list[float]] = defaultdict(list)
     day_waits: list[list[float]] = [[] for _ in range(days)]
@@ -432,9 +222,7 @@ def compute(rows: MonthRows, thresholds: Thresholds | None = None) -> MonthFigur
             f.budget_used_share = f.granted_gpu_hours / f.budget_gpu_hours
 
     for pool_name, pool_grants in grants_by_pool.items():
-        guaranteed = {
-            f.team: f.guaranteed_units for f in figs.values() if f.pool == pool_name
-        }
+        guaranteed = {f.team: f.guaranteed_units for f in figs.values() if f.pool == pool_name}
         for team, lent in _lent_hours(pool_grants, guaranteed, start, end).items():
             figs[(team, pool_name)].lent_gpu_hours = lent
 
@@ -513,4 +301,3 @@ def _projection(teams: list[TeamPoolFigures], factor: float) -> Projection:
         if f.budget_gpu_hours:
             proj.budget_share[key] = f.granted_gpu_hours * factor / f.budget_gpu_hours
     return proj
-
