@@ -101,6 +101,12 @@ def slurm_names(cluster: SlurmCluster) -> list[str]:
     return out.split()
 
 
+def job_log(tmp_path: Path, job_id: str) -> str:
+    """The end of a job's log (what Slurm's job wrote), for a failure's message."""
+    path = tmp_path / "jobs" / job_id / "log.txt"
+    return path.read_text(errors="replace")[-3000:] if path.exists() else f"no {path}"
+
+
 async def test_jobs_run_on_their_node_with_gres_and_come_back(
     app: Any, cluster: SlurmCluster, tmp_path: Path
 ) -> None:
@@ -112,7 +118,8 @@ async def test_jobs_run_on_their_node_with_gres_and_come_back(
                                path="q.ipynb")
     assert (s1, s2) == (201, 201), (whole, quarter)
     done = await wait_state(app, "tok-alice", whole["id"], {"succeeded", "failed"})
-    assert done["state"] == "succeeded", done
+    assert done["state"] == "succeeded", (done.get("reason"), done.get("error"),
+                                          job_log(tmp_path, whole["id"]))
     got = printed(json.loads((tmp_path / "home" / "alice" / done["output_path"]).read_text()))
     assert got["host"] == "sl-t-0"  # the node the broker placed it on, its own hostname
     assert got["CUDA_VISIBLE_DEVICES"] in ("0", "1")  # set by Slurm from GRES gpu:1
@@ -125,7 +132,8 @@ async def test_jobs_run_on_their_node_with_gres_and_come_back(
     assert info["TimeLimit"] == "00:06:00"  # 300 s + 3 s grace, in whole minutes
     assert info["TresPerNode"] == "gres:gpu:1"
     qdone = await wait_state(app, "tok-bob", quarter["id"], {"succeeded", "failed"})
-    assert qdone["state"] == "succeeded", qdone
+    assert qdone["state"] == "succeeded", (qdone.get("reason"), qdone.get("error"),
+                                           job_log(tmp_path, quarter["id"]))
     qgot = printed(json.loads((tmp_path / "home" / "bob" / qdone["output_path"]).read_text()))
     assert qgot["host"] == "sl-s-0" and qgot["SLURM_SHARDS_ON_NODE"] == "2"  # 1/4 x 8
     assert slurm_fields(cluster, qgot["SLURM_JOB_ID"])["TresPerNode"] == "gres:shard:2"
