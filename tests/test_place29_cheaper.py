@@ -17,10 +17,13 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_placement import grant_for, make_request, make_state
+from test_placement import grant_for, make_request, make_state, node_st, request_st
+from test_placement_scale import _drive
 
+import jupyter_gpushare.core.placement as placement_mod
 from jupyter_gpushare.core.fragmentation import FragTable, target_shapes
 from jupyter_gpushare.core.packrows import RowTable
+from jupyter_gpushare.core.packscan import gradient_floor
 from jupyter_gpushare.core.placement import place
 
 shape_st = st.tuples(
@@ -160,3 +163,57 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
     finally:
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
         packshort._SHORT_LIST = short
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(node_st, min_size=1, max_size=10),
+    st.lists(request_st, min_size=1, max_size=60),
+    st.lists(
+        st.tuples(st.sampled_from([0, 50, 125, 333, 500, 999, 1000]), st.integers(1, 4)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_no_gradient_is_below_its_floor(
+    node_specs: list, reqs: list, shapes: list, data: st.DataObject
+) -> None:
+    """A scan skips a row whose ``gradient_floor`` (from the node's fragmentation and
+    hostable share by size at its CPU level now and at the one left after) cannot beat
+    what it found; that bound, less the scan's rounding margin, is at most the gradient
+    computed, for every node, learned target, shape and CPU level the request may leave."""
+    import jupyter_gpushare.core.packshort as packshort
+
+    state = make_state(node_specs, data.draw(st.sampled_from([0.0, 0.2])))
+    short = packshort._SHORT_LIST
+    packshort._SHORT_LIST = 1  # (lists of one: scans prune by the bound in small pools too)
+    try:
+        _drive(state, reqs, data)
+    finally:
+        packshort._SHORT_LIST = short
+    pidx = placement_mod._index(state).pools["shared"]
+    levels = pidx.table.cpu_levels
+    for view in pidx.by_pos:
+        units = view.sorted_units
+        before = pidx.table.level(view.ns.free_cpu)
+        now = pidx._floor(view, before)
+        for milli, num in shapes:
+            num = 0 if milli == 0 else (num if milli == 1000 else 1)
+            if num and (len(units) < num or units[-num] < milli):
+                continue
+            for after in range(before + 1):  # any CPU the request may take
+                if after and levels[after - 1] > view.ns.free_cpu:
+                    continue
+                low = gradient_floor(now, pidx._floor(view, after), units, milli, num, view.total)
+                low -= 1e-6 * (1.0 + abs(low))  # (the scan's margin)
+                delta = pidx._gradient(view, after, milli, num)[0]
+                assert delta >= low, (units, milli, num, before, after, delta, low)
+        # the bounds the scans memoised (per shape and node state) hold under this target
+        stride = len(levels) + 1
+        for (milli, num), memo in pidx._by_shape.items():
+            for after in range(before + 1):
+                key = view.sig * stride * stride + before * stride + after
+                if ~key in memo:
+                    delta = pidx._gradient(view, after, milli, num)[0]
+                    assert delta >= memo[~key][0], (units, milli, num, before, after)

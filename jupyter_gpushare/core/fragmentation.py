@@ -152,6 +152,23 @@ class FragTable:
             self._hostable[key] = val
         return val
 
+    def hostable_by_size(
+        self, model: str, level: int, gpus_sorted: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """The hostable share of the target's GPU shapes by per-GPU size, cumulated.
+
+        (sizes, shares): ``shares[i]`` is the popularity of the shapes a node can host as
+        it stands whose per-GPU milli is at most ``sizes[i]`` (sizes ascending, distinct).
+        """
+        n = len(gpus_sorted)
+        find = bisect.bisect_left
+        by_size: dict[int, float] = {}
+        for milli, num, p in self.live(model, level):
+            if n - find(gpus_sorted, milli) >= num:
+                by_size[milli] = by_size.get(milli, 0.0) + p
+        sizes = tuple(sorted(by_size))
+        return sizes, tuple(itertools.accumulate(by_size[m] for m in sizes))
+
     def _compute(self, model: str, level: int, gpus: tuple[int, ...]) -> float:
         """All free capacity, less what the hostable shapes can still use."""
         total = sum(gpus)

@@ -36,9 +36,10 @@ Shared and debug pools use *gpushare packing*, a fragmentation-gradient placemen
   bound below which the list is complete) plus the nodes changed since (never more than
   the full scan would score); the answer is the full scan's, and the full scan runs when
   the list cannot prove it (or the target changed);
-* a scan computes no gradient for a node whose lower bound (its fragmentation now, and
-  the share of the target it cannot host now, see ``RankedScan._floor``) cannot beat the
-  nodes already found: after a new target, most nodes are skipped that way;
+* a scan computes no gradient for a node whose lower bound (the fragmentation its CPU
+  level alone adds, less ``demand`` times the share of the target that could lose less
+  room, see :func:`.packscan.gradient_floor`) cannot beat the nodes already found: after
+  a new target, most nodes are skipped that way;
 * a full scan reads rows in position order, only those of buckets big enough and with
   about enough free CPU (bit sets per bucket and per CPU step: :mod:`.packrows`), and stops at
   the first position whose least possible rank cannot beat what it found: no gradient

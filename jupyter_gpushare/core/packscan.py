@@ -32,6 +32,11 @@ STARVATION_WEIGHT = 2000.0
 its CPU share left (GPUs that CPU can no longer feed)."""
 
 
+Floor = tuple[float, tuple[int, ...], tuple[float, ...]]
+"""(fragmentation, and the hostable share of the target by per-GPU size:
+``FragTable.hostable_by_size``) of a node's GPUs as they stand at one CPU level: see
+``RankedScan._floor``."""
+
 Scored = tuple[float, int, NodeView, tuple[int, ...]]
 """(rank, free RAM, view, free-unit values to take) of one scored node."""
 
@@ -49,24 +54,31 @@ class RankedScan:
     # (fragmentation increase, free-unit values to take) per node state and shape
     _memo: dict[tuple, tuple[float, tuple[int, ...]]]
     # the same gradients per (milli, count), keyed by signature * stride + CPU level
+    # (and under ~key, as (bound, ()), the lower bound of a gradient not computed: _scan)
     _by_shape: dict[tuple[int, int], dict[int, tuple[float, tuple[int, ...]]]]
-    # (fragmentation, share not hostable) per signature * stride + CPU level: _floor
-    _floors: dict[int, tuple[float, float]]
+    # (fragmentation, hostable share by size) per signature * stride + CPU level: _floor
+    _floors: dict[int, Floor]
     _last_cut: float  # a ranked scan's cut when it ended (see _scan)
 
-    def _floor(self, view: NodeView, level: int) -> tuple[float, float]:
-        """(fragmentation now, share of the target it cannot host now) of a node at ``level``.
+    def _floor(self, view: NodeView, level: int) -> Floor:
+        """(fragmentation, hostable share by per-GPU size) of a node's GPUs as they stand,
+        at CPU ``level``: what bounds its gradients from below (see ``_scan``).
 
-        Placing anything only lowers a node's free GPU and CPU, so the shapes it can host
-        afterwards are among those it hosts now, and its fragmentation afterwards is at
-        least the free capacity left times the share of the target it cannot host now: the
-        gradient of a request of ``demand`` milli is at least
-        ``(total - demand) * share - fragmentation now``.
+        Placing ``demand`` milli takes free GPU capacity and lowers the CPU level to that
+        left, ``after``. Its gradient is the fragmentation at ``after`` of the GPUs as they
+        stand, less that now (the CPU's own part), plus what the taking itself adds at
+        ``after``: every shape hostable there that is no larger than the GPU taken from
+        (every shape, when idle GPUs are taken) loses at least ``demand`` of usable room
+        (it stays hostable and loses that, or loses all it had, which held the GPUs
+        taken), and no shape gains any, so that part is at least
+        ``-demand * (1 - their share)``. And since no shape becomes hostable, the
+        fragmentation afterwards is at least the free capacity left times the share of
+        the target not hostable at ``after`` now.
         """
         table = self.table
         units = view.sorted_units
-        frag = table.frag(view.model, level, units)
-        return frag, 1.0 - table.hostable(view.model, level, units)
+        sizes, shares = table.hostable_by_size(view.model, level, units)
+        return table.frag(view.model, level, units), sizes, shares
 
     def _gradient(
         self, view: NodeView, after_level: int, milli: int, num: int
@@ -122,10 +134,12 @@ class RankedScan:
         With ``scored``, every row that fits all but RAM and may rank among the best
         ``size`` is appended to it, ranked (with ``prune=False``, every one).
 
-        A row whose gradient is not memoised yet is first bounded from below (see
-        :meth:`_floor`): when even that bound cannot beat what is already found (the best
-        with room for ``mem`` and, with ``scored``, the last of the short list), the
-        gradient is never computed. The bound is safe, so the answer is the same.
+        A row whose gradient is not memoised yet is first bounded from below
+        (:func:`gradient_floor`, from the node's floors at its CPU level now and after, see
+        :meth:`_floor`; the bound is memoised per node state and shape like the gradient):
+        when even that bound cannot beat what is already found (the best with room for
+        ``mem`` and, with ``scored``, the last of the short list), the gradient is never
+        computed. The bound is safe (property-tested), so the answer is the same.
 
         ``ordered``: the rows come in position order, and the scan stops at the first one
         whose least possible rank cannot beat what is found. Whatever the target, placing
@@ -187,14 +201,21 @@ class RankedScan:
             hit = memo.get(key)
             if hit is None:
                 if cut < inf:
-                    fkey = sig * stride + before
-                    floor = floors.get(fkey)
-                    if floor is None:
-                        floor = floors[fkey] = self._floor(view, before)
-                    low = (total - demand) * floor[1] - floor[0]
-                    low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
-                    if low < least:
-                        low = least
+                    known = memo.get(~key)  # (the bound, memoised with the gradients)
+                    if known is None:
+                        fb = floors.get(sig * stride + before)
+                        if fb is None:
+                            fb = floors[sig * stride + before] = self._floor(view, before)
+                        fa = floors.get(sig * stride + after) if after != before else fb
+                        if fa is None:
+                            fa = floors[sig * stride + after] = self._floor(view, after)
+                        low = gradient_floor(fb, fa, units, milli, num, total)
+                        low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
+                        if low < least:
+                            low = least
+                        memo[~key] = (low, ())
+                    else:
+                        low = known[0]
                     if starved > 0.0:
                         low += weight * starved
                     if (low // step) * n + pos >= cut:
@@ -254,6 +275,28 @@ _PRUNE = True
 
 _ORDERED = True
 """Scans of rows in position order stop where no later row can rank better."""
+
+
+def gradient_floor(
+    now: Floor, after: Floor, units: tuple[int, ...], milli: int, num: int, total: int
+) -> float:
+    """A lower bound on the gradient of ``num`` GPUs of ``milli`` on a node whose GPUs
+    stand at ``units`` (``total`` free), from its floors (:meth:`RankedScan._floor`) at
+    its CPU level now and at the one the request leaves (``after``); see ``_floor``.
+
+    Exact in real numbers; the computed gradient may differ by rounding, so callers take
+    a margin below it.
+    """
+    demand = milli * num
+    sizes, shares = after[1], after[2]
+    if num == 1 and milli < UNIT:  # a fraction: the shapes no larger than the GPU taken from
+        j = bisect_right(sizes, units[bisect_left(units, milli)])
+    else:  # idle GPUs taken (or none): every shape hostable
+        j = len(sizes)
+    low = after[0] - now[0] - demand * (1.0 - (shares[j - 1] if j else 0.0))
+    # or: what is left, times the share of the target not hostable at ``after``
+    spread = (total - demand) * (1.0 - (shares[-1] if shares else 0.0)) - now[0]
+    return spread if spread > low else low
 
 
 def least_gradient(demand: int) -> float:
