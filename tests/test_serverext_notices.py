@@ -68,7 +68,9 @@ async def test_the_running_cell_shows_the_preemption_countdown(
     await client.wait_for_ready(timeout=60)
     svc: TelemetryService = jp_serverapp.web_app.settings["gpushare_service"]
     await svc.start()
-    await wait_until(lambda: kid in svc._watched and not svc._telling, what="watcher started")
+    kernels = svc.kernels
+    await wait_until(lambda: kid in kernels._watched and not kernels._telling,
+                     what="watcher started")
     cell = client.execute("print('training', flush=True); import time; time.sleep(120)")
 
     async def iopub(pred: Any) -> dict[str, Any]:
@@ -104,6 +106,6 @@ async def test_the_running_cell_shows_the_preemption_countdown(
     assert "team nlp needs its guarantee back" in text
     # told once per notice (and once more near the deadline), not at every poll
     await asyncio.sleep(1.5)
-    assert len([k for k in svc.seen_notices if not k.endswith("#last")]) == 1
+    assert len([k for k in svc.broker_talk.seen_notices if not k.endswith("#last")]) == 1
     await km.interrupt_kernel(kid)
     client.stop_channels()

@@ -4,9 +4,9 @@ The sampler thread samples, walks this server's process tree and attributes usag
 (no event-loop time spent on NVML or psutil); the event loop then runs the watchdog and
 the hints, keeps the timeline, fans samples out to stream clients and sends heartbeats.
 
-The service's parts live next to it: its settings (:mod:`.service_config`), its kernels
-(:mod:`.service_kernels`), the watchdog's action (:mod:`.watchdog_action`) and the talk with
-the broker (:mod:`.service_broker`).
+The service holds its parts, each owning its state, built next to it: its settings
+(:mod:`.service_config`), its kernels (:mod:`.service_kernels`), the watchdog's action
+(:mod:`.watchdog_action`) and the talk with the broker (:mod:`.service_broker`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..telemetry.attribution import Attribution, KernelInfo, attribute, collect_process_tree
+from ..telemetry.attribution import Attribution, attribute, collect_process_tree
 from ..telemetry.broker_link import BrokerLink
 from ..telemetry.factory import make_sampler, underlying
 from ..telemetry.grant import GrantInfo
@@ -34,9 +34,8 @@ from .hostuse import RESOURCE_USAGE, HostMeter, HostUse
 from .notices import notice_text
 from .service_broker import BrokerTalk
 from .service_config import ServiceConfig
-from .service_kernels import ServiceKernels
-from .watchdog_action import VERBS, WatchdogActions
-from .watchdog_repeat import RepeatGuard
+from .service_kernels import KernelTable
+from .watchdog_action import VERBS, WatchdogEnforcer
 
 __all__ = ["HINTS_EVERY_S", "VERBS", "Sender", "ServiceConfig", "TelemetryService", "notice_text"]
 
@@ -47,8 +46,9 @@ Sender = Callable[[str], None]
 HINTS_EVERY_S = 5.0
 
 
-class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
-    """Owns the sampler, the watchdog, the timeline and the stream subscribers."""
+class TelemetryService:
+    """Owns the sampler, the watchdog, the timeline and the stream subscribers; holds the
+    kernels, the watchdog's enforcer and the talk with the broker."""
 
     def __init__(
         self,
@@ -67,6 +67,15 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
         self.session_manager = session_manager
         self.terminal_manager = terminal_manager
         self.server_pid = server_pid or os.getpid()
+        self.broker = BrokerLink(self.grant.broker_url, config.api_token, config.broker_timeout_s)
+        self.kernels = KernelTable(
+            config,
+            self.grant,
+            self.broker,
+            kernel_manager,
+            session_manager,
+            lambda: self.simulated_sampler,
+        )
         self.sampler: Sampler = make_sampler(
             "simulated" if self.grant.simulated and config.sampler == "auto" else config.sampler,
             config.interval_s,
@@ -82,7 +91,6 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
                 "own_compute_pct": self.grant.compute_pct,
             },
         )
-        self.broker = BrokerLink(self.grant.broker_url, config.api_token, config.broker_timeout_s)
         applies, self.watchdog_reason = watchdog_applies(self.grant)
         if not config.watchdog_enabled:
             applies, self.watchdog_reason = False, "watchdog disabled by configuration"
@@ -102,25 +110,35 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
             maxlen=capacity_for(config.low_util_window_s + 2 * config.interval_s, config.interval_s)
             * 8
         )
-        self.events: deque[dict[str, Any]] = deque(maxlen=100)
         self.host_meter = HostMeter(self.server_pid)
-        self.repeats = RepeatGuard()
         # set by the extension: True where jupyter-resource-usage measures the host instead
         self.host_elsewhere: Callable[[], bool] = lambda: False
         self.current: dict[str, Any] | None = None
         self.current_json: str | None = None
         self.attribution: Attribution | None = None
-        self.kernels: tuple[KernelInfo, ...] = ()
         self.subscribers: set[Sender] = set()
-        self.last_heartbeat: dict[str, Any] | None = None
-        self.seen_notices: set[str] = set()
-        self.notice_messages: list[str] = []
+        self.enforcer = WatchdogEnforcer(
+            config,
+            kernel_manager,
+            terminal_manager,
+            lambda: self.simulated_sampler,
+            self.broadcast,
+            self.kernels.tell,
+        )
+        self.broker_talk = BrokerTalk(
+            config,
+            self.grant,
+            self.broker,
+            self.sampler,
+            lambda: self.attribution,
+            self.kernels.activity_ts,
+            self.broadcast,
+            self.kernels.tell_soon,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
         self._first_sample = asyncio.Event()
-        self._telling: set[asyncio.Future[Any]] = set()
-        self._watched: set[str] = set()  # kernels that run the notice watcher
         self._hints: list[LowUtilHint] = []
         self._hints_at = float("-inf")
 
@@ -132,17 +150,19 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
         self._started = True
         self._loop = asyncio.get_running_loop()
         self._first_sample = asyncio.Event()
-        await self.refresh_kernels()
+        await self.kernels.refresh()
         self.sampler.add_listener(self._on_sample_in_thread)
         self.sampler.start()
         self._tasks = [
-            asyncio.ensure_future(self._every(self.config.interval_s, self.refresh_kernels)),
+            asyncio.ensure_future(self._every(self.config.interval_s, self.kernels.refresh)),
             asyncio.ensure_future(self._heartbeats()),
-            asyncio.ensure_future(self._every(self.config.notices_interval_s, self.poll_notices)),
+            asyncio.ensure_future(
+                self._every(self.config.notices_interval_s, self.broker_talk.poll_notices)
+            ),
         ]
 
     async def stop(self) -> None:
-        for t in [*self._tasks, *self._telling]:
+        for t in [*self._tasks, *self.kernels.telling]:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -186,7 +206,7 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
         sent = False
         while True:
             try:
-                sent = await self.heartbeat() is not None or sent
+                sent = await self.broker_talk.heartbeat() is not None or sent
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -194,6 +214,19 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
             await asyncio.sleep(
                 c.heartbeat_interval_s if sent else min(c.interval_s, c.heartbeat_interval_s)
             )
+
+    @property
+    def events(self) -> deque[dict[str, Any]]:
+        """The watchdog's events (the enforcer's own, not a copy)."""
+        return self.enforcer.events
+
+    async def grant_answer(self) -> dict[str, Any]:
+        """The ``/gpushare/api/grant`` answer (asks the broker)."""
+        return await self.broker_talk.grant_answer()
+
+    async def team_answer(self) -> dict[str, Any]:
+        """The ``/gpushare/api/team`` answer (asks the broker)."""
+        return await self.broker_talk.team_answer()
 
     @property
     def simulated_sampler(self) -> SimulatedSampler | None:
@@ -204,7 +237,7 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
     # -- per sample ----------------------------------------------------------------
     def _on_sample_in_thread(self, sample: Sample) -> None:
         """Sampler thread: attribute (psutil) off the loop, then hand over."""
-        kernels = self.kernels
+        kernels = self.kernels.running
         tree = collect_process_tree(self.server_pid, kernels)
         att = attribute(sample, self.grant.gpu_uuids, tree, kernels)
         elsewhere = self.host_elsewhere()
@@ -223,7 +256,7 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
         self.timeline.append({"ts": sample.ts, "gpus": [g.to_dict(limit) for g in att.gpus]})
         if self.watchdog is not None:
             for v in self.watchdog.check(att, sample.ts):
-                asyncio.ensure_future(self.enforce(v))
+                asyncio.ensure_future(self.enforcer.enforce(v))
         if sample.ts - self._hints_at >= HINTS_EVERY_S:  # minutes-long window: no need per tick
             self._hints, self._hints_at = self.hints(sample.ts), sample.ts
         hints = self._hints
@@ -289,7 +322,7 @@ class TelemetryService(ServiceKernels, WatchdogActions, BrokerTalk):
     # -- stream --------------------------------------------------------------------
     def subscribe(self, send: Sender) -> None:
         self.subscribers.add(send)
-        for msg in self.notice_messages:
+        for msg in self.broker_talk.notice_messages:
             send(msg)
         if self.current_json is not None:
             send(self.current_json)

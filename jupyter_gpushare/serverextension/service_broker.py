@@ -2,14 +2,17 @@
 and other notices pushed to the stream and the kernels, and the grant and team answers that
 ask the broker.
 
-A mixin of :class:`~.service.TelemetryService`, which holds the state used here.
+:class:`BrokerTalk` is held by :class:`~.service.TelemetryService` (``service.broker_talk``); it
+owns the last heartbeat's outcome and the notices seen and sent, and is handed the link, the
+grant and the ways to read the service's latest figures and reach its users when it is built.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from ..telemetry.attribution import Attribution
 from ..telemetry.broker_link import BrokerAnswer, BrokerLink, heartbeat_body
@@ -20,29 +23,35 @@ from .service_config import ServiceConfig
 
 
 class BrokerTalk:
-    """Heartbeats, notices and the broker's answers (mixed into the telemetry service)."""
+    """Heartbeats, notices and the broker's answers for this server's grant."""
 
-    config: ServiceConfig
-    grant: GrantInfo
-    broker: BrokerLink
-    sampler: Sampler
-    attribution: Attribution | None
-    last_heartbeat: dict[str, Any] | None
-    seen_notices: set[str]
-    notice_messages: list[str]
-
-    if TYPE_CHECKING:
-
-        def kernel_activity_ts(self) -> float | None: ...
-
-        def broadcast(self, message: str) -> None: ...
-
-        def _tell_soon(self, text: str) -> None: ...
+    def __init__(
+        self,
+        config: ServiceConfig,
+        grant: GrantInfo,
+        broker: BrokerLink,
+        sampler: Sampler,
+        attribution: Callable[[], Attribution | None],
+        kernel_activity_ts: Callable[[], float | None],
+        broadcast: Callable[[str], None],
+        tell_kernels_soon: Callable[[str], None],
+    ) -> None:
+        self.config = config
+        self.grant = grant
+        self.broker = broker
+        self.sampler = sampler
+        self.attribution = attribution  # the latest sample's attribution (None before one)
+        self.kernel_activity_ts = kernel_activity_ts
+        self.broadcast = broadcast  # to the stream's clients
+        self.tell_kernels_soon = tell_kernels_soon  # into every kernel's output, in background
+        self.last_heartbeat: dict[str, Any] | None = None
+        self.seen_notices: set[str] = set()
+        self.notice_messages: list[str] = []
 
     # -- broker --------------------------------------------------------------------
     async def heartbeat(self) -> BrokerAnswer | None:
         """Tell the broker what this grant uses (for GPU-hour accounting)."""
-        att, g = self.attribution, self.grant
+        att, g = self.attribution(), self.grant
         if att is None or g.grant_id is None or not self.broker.configured:
             return None
         body = heartbeat_body(g.grant_id, att, self.sampler.simulated)
@@ -72,7 +81,7 @@ class BrokerTalk:
                 self.notice_messages.append(msg)
                 self.broadcast(msg)
                 if timed.get("kind", "preemption") != "preemption":  # the watcher tells those
-                    self._tell_soon(notice_text(timed))
+                    self.tell_kernels_soon(notice_text(timed))
             left = timed.get("seconds_left")
             last_call = f"{key}#last"
             if (
@@ -82,7 +91,7 @@ class BrokerTalk:
                 and timed.get("kind", "preemption") != "preemption"
             ):
                 self.seen_notices.add(last_call)
-                self._tell_soon(notice_text(timed))
+                self.tell_kernels_soon(notice_text(timed))
 
     async def grant_answer(self) -> dict[str, Any]:
         """The ``/gpushare/api/grant`` answer."""

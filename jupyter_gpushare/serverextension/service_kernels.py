@@ -1,8 +1,10 @@
-"""The telemetry service's view of and voice in this server's kernels: which kernels run (id,
+"""This server's kernels as the telemetry service sees and tells them: which kernels run (id,
 process, notebook), when they were last active, the notice watcher started in each, and
 messages written into their output.
 
-A mixin of :class:`~.service.TelemetryService`, which holds the state used here.
+:class:`KernelTable` is held by :class:`~.service.TelemetryService` (``service.kernels``); it
+owns the kernels last read, the kernels that run the notice watcher and the messages on their
+way, and is handed everything else it needs when it is built.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..telemetry.attribution import KernelInfo
@@ -23,24 +26,37 @@ if TYPE_CHECKING:
     from ..telemetry.simulated import SimulatedSampler
 
 
-class ServiceKernels:
-    """This server's kernels, seen and told by the telemetry service (mixed into it)."""
+class KernelTable:
+    """This server's kernels: read from the kernel and session managers, watched and told."""
 
-    config: ServiceConfig
-    grant: GrantInfo
-    broker: BrokerLink
-    kernel_manager: Any
-    session_manager: Any
-    kernels: tuple[KernelInfo, ...]
-    _telling: set[asyncio.Future[Any]]
-    _watched: set[str]
+    def __init__(
+        self,
+        config: ServiceConfig,
+        grant: GrantInfo,
+        broker: BrokerLink,
+        kernel_manager: Any,
+        session_manager: Any,
+        simulated_sampler: Callable[[], SimulatedSampler | None],
+    ) -> None:
+        self.config = config
+        self.grant = grant
+        self.broker = broker
+        self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
+        self.simulated_sampler = simulated_sampler  # the simulated sampler in use, if any
+        self.running: tuple[KernelInfo, ...] = ()  # as last read
+        self._telling: set[asyncio.Future[Any]] = set()  # messages on their way
+        self._watched: set[str] = set()  # kernels that run the notice watcher
 
-    if TYPE_CHECKING:
+    def __iter__(self) -> Iterator[KernelInfo]:
+        return iter(self.running)
 
-        @property
-        def simulated_sampler(self) -> SimulatedSampler | None: ...
+    @property
+    def telling(self) -> set[asyncio.Future[Any]]:
+        """The messages on their way to the kernels (cancelled when the service stops)."""
+        return self._telling
 
-    async def refresh_kernels(self) -> None:
+    async def refresh(self) -> None:
         """Read this server's kernels: id, process id and notebook path."""
         km = self.kernel_manager
         if km is None:
@@ -62,11 +78,11 @@ class ServiceKernels:
             pid = getattr(proc, "pid", None)
             name = getattr(k, "kernel_name", "")
             infos.append(KernelInfo(kid, pid, paths.get(kid) or None, name))
-        self.kernels = tuple(infos)
+        self.running = tuple(infos)
         self._watch_kernels()
         self._simulate_kernel_memory()
 
-    def kernel_activity_ts(self) -> float | None:
+    def activity_ts(self) -> float | None:
         """The latest activity of this server's kernels (epoch seconds; now if one is busy)."""
         km = self.kernel_manager
         if km is None:
@@ -85,18 +101,18 @@ class ServiceKernels:
         return latest
 
     def _simulate_kernel_memory(self) -> None:
-        sim = self.simulated_sampler
+        sim = self.simulated_sampler()
         mib = self.config.simulated_kernel_memory_mib
         if sim is None or mib <= 0:
             return
         have = sim.process_memory()
-        for k in self.kernels:
+        for k in self.running:
             if k.pid is not None and k.pid not in have:
                 sim.set_process_memory(k.pid, mib)
 
     def _watch_kernels(self) -> None:
         """Start the notice watcher in each new kernel of a server with a grant."""
-        ids = {k.kernel_id for k in self.kernels}
+        ids = {k.kernel_id for k in self.running}
         self._watched &= ids  # bounded by the live kernels
         if not (self.config.notices_to_kernels and self.grant.grant_id and self.broker.configured):
             return
@@ -105,11 +121,14 @@ class ServiceKernels:
         )
         for kid in sorted(ids - self._watched):
             self._watched.add(kid)
-            task = asyncio.ensure_future(self.run_code(kid, code))
-            self._telling.add(task)
-            task.add_done_callback(self._telling.discard)
+            self._in_background(self.run_code(kid, code))
 
-    async def tell_kernel(self, kernel_id: str, text: str) -> bool:
+    def _in_background(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
+
+    async def tell(self, kernel_id: str, text: str) -> bool:
         """Write the message to the kernel's stderr (it reaches every attached frontend)."""
         code = (
             "import sys as _gs_sys; "
@@ -122,18 +141,16 @@ class ServiceKernels:
         """Run ``code`` in the kernel, silently for the history, and wait for the reply."""
         return await run_in_kernel(self.kernel_manager, kernel_id, code)
 
-    def _tell_soon(self, text: str) -> None:
+    def tell_soon(self, text: str) -> None:
         """Tell the kernels in the background: a busy kernel answers only after its cell, and
         the notice poll (and the stream) must not wait for it."""
-        task = asyncio.ensure_future(self.tell_kernels(text))
-        self._telling.add(task)
-        task.add_done_callback(self._telling.discard)
+        self._in_background(self.tell_all(text))
 
-    async def tell_kernels(self, text: str) -> None:
+    async def tell_all(self, text: str) -> None:
         """Write ``text`` into every kernel's output (preemption notices)."""
         if not self.config.notices_to_kernels or self.kernel_manager is None:
             return
         await asyncio.gather(
-            *(self.tell_kernel(k.kernel_id, text) for k in self.kernels),
+            *(self.tell(k.kernel_id, text) for k in self.running),
             return_exceptions=True,
         )

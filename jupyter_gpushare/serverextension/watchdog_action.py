@@ -2,7 +2,9 @@
 down, as configured and escalated on repeats) or process (SIGTERM, then SIGKILL), and tell the
 user why in the stream, the kernel's output or the process's terminal.
 
-A mixin of :class:`~.service.TelemetryService`, which holds the state used here.
+:class:`WatchdogEnforcer` is held by :class:`~.service.TelemetryService` (``service.enforcer``);
+it owns the watchdog's events and the count of repeats per kernel, and is handed the managers,
+the settings and the ways to tell the user when it is built.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
@@ -28,23 +31,26 @@ log = logging.getLogger(__name__.rpartition(".")[0] + ".service")  # the service
 VERBS = {"interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
 
 
-class WatchdogActions:
-    """Acting on the watchdog's violations (mixed into the telemetry service)."""
+class WatchdogEnforcer:
+    """Acts on the watchdog's violations and keeps the events it told."""
 
-    config: ServiceConfig
-    kernel_manager: Any
-    terminal_manager: Any
-    repeats: RepeatGuard
-    events: deque[dict[str, Any]]
-
-    if TYPE_CHECKING:
-
-        @property
-        def simulated_sampler(self) -> SimulatedSampler | None: ...
-
-        def broadcast(self, message: str) -> None: ...
-
-        async def tell_kernel(self, kernel_id: str, text: str) -> bool: ...
+    def __init__(
+        self,
+        config: ServiceConfig,
+        kernel_manager: Any,
+        terminal_manager: Any,
+        simulated_sampler: Callable[[], SimulatedSampler | None],
+        broadcast: Callable[[str], None],
+        tell_kernel: Callable[[str, str], Awaitable[bool]],
+    ) -> None:
+        self.config = config
+        self.kernel_manager = kernel_manager
+        self.terminal_manager = terminal_manager
+        self.simulated_sampler = simulated_sampler  # the simulated sampler in use, if any
+        self.broadcast = broadcast  # to the stream's clients
+        self.tell_kernel = tell_kernel  # into a kernel's output
+        self.repeats = RepeatGuard()
+        self.events: deque[dict[str, Any]] = deque(maxlen=100)
 
     # -- watchdog action -----------------------------------------------------------
     async def enforce(self, v: Violation) -> dict[str, Any]:
@@ -86,7 +92,7 @@ class WatchdogActions:
             log.error("gpushare watchdog: %s", text)
             if terminal is not None:
                 self.tell_terminal(terminal, text)
-            if self.simulated_sampler is not None:
+            if self.simulated_sampler() is not None:
                 self._forget_dead_simulated()
         else:
             log.error("gpushare watchdog: %s", text)
@@ -134,12 +140,12 @@ class WatchdogActions:
         except Exception as exc:
             log.error("gpushare watchdog could not %s kernel %s: %s", action, kernel_id, exc)
             return f"failed: {exc}"
-        if self.simulated_sampler is not None and action != "interrupt":
+        if self.simulated_sampler() is not None and action != "interrupt":
             self._forget_dead_simulated()
         return "done"
 
     def _forget_dead_simulated(self) -> None:
-        sim = self.simulated_sampler
+        sim = self.simulated_sampler()
         if sim is None:
             return
         for pid in sim.process_memory():
