@@ -64,7 +64,10 @@ def render(h: History, out: Outcome) -> str:
     run_h = max(h.ended - h.started, 1e-9) / 3600
     lines = [
         f"soak: seed {h.seed}, {run_h * 60:.1f} min of real time standing for a month "
-        f"(x{MONTH_H / run_h:,.0f}; the broker's clock runs at real time)"
+        f"(x{MONTH_H / run_h:,.0f}; the broker's clock runs at real time)",
+        f"stack: broker {h.settings.get('broker', 'managed')} "
+        f"({'outside the hub' if h.settings.get('broker') == 'outside' else 'the hub starts it'}),"
+        f" database {h.settings.get('db', 'sqlite')}",
     ]
     lines.append(
         "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(faults.items())) or "none")
