@@ -49,7 +49,7 @@ def sbatch(cluster: SlurmCluster, tmp_path: Path, name: str, script: str, *extra
 def wait_for(read: SlurmBackend, sid: str, states: set[str], timeout: float = 30) -> SlurmJob:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        job = read._show_job(sid, fresh=True)
+        job = read.commands.show_job(sid, fresh=True)
         if job is not None and job.state in states:
             return job
         time.sleep(0.2)
@@ -90,7 +90,7 @@ def test_ended_jobs_read_the_same_exit_codes_signals_and_states(
     cluster: SlurmCluster, tmp_path: Path, ended: dict[str, str], fmt: str
 ) -> None:
     read = backend(cluster, tmp_path, fmt)
-    jobs = {name: read._show_job(sid) for name, sid in ended.items()}
+    jobs = {name: read.commands.show_job(sid) for name, sid in ended.items()}
     got = {name: (j.name, j.state, j.exit_code, j.signal, j.nodes) for name, j in jobs.items()
            if j is not None}
     assert got == {
@@ -109,8 +109,9 @@ def test_both_readers_agree_on_every_field_of_every_job(
     try:
         by_json, by_text = backend(cluster, tmp_path, "json"), backend(cluster, tmp_path, "text")
         for sid in [*ended.values(), pending]:
-            assert by_json._show_job(sid) == by_text._show_job(sid), sid
-        assert by_json._show_job("999999") is None and by_text._show_job("999999") is None
+            assert by_json.commands.show_job(sid) == by_text.commands.show_job(sid), sid
+        assert by_json.commands.show_job("999999") is None
+        assert by_text.commands.show_job("999999") is None
     finally:
         cluster.run("scancel", pending, check=False)
 
@@ -125,8 +126,8 @@ def test_a_name_with_spaces_is_read_whole_only_from_json(
         by_json = backend(cluster, tmp_path, "json")
         job = wait_for(by_json, sid, {"RUNNING"})
         assert (job.name, job.state, job.alive) == (SPACED, "RUNNING", True)
-        assert by_json._by_name(SPACED) == sid
-        text_job = backend(cluster, tmp_path, "text")._show_job(sid)
+        assert by_json.commands.by_name(SPACED) == sid
+        text_job = backend(cluster, tmp_path, "text").commands.show_job(sid)
         assert text_job is not None and (text_job.name, text_job.state) == (
             "gpushare", "COMPLETED")
     finally:
@@ -184,7 +185,7 @@ def test_a_slurm_without_json_is_read_from_text_and_that_is_kept(
 ) -> None:
     read = backend(cluster, tmp_path, "auto", **old_slurm(tmp_path))
     with caplog.at_level(logging.WARNING):
-        job = read._show_job(ended["exit3"])
+        job = read.commands.show_job(ended["exit3"])
         nodes = read.nodes()
     assert read.state_reader == "text"
     assert job is not None and (job.state, job.exit_code) == ("FAILED", 3)
@@ -192,7 +193,7 @@ def test_a_slurm_without_json_is_read_from_text_and_that_is_kept(
     warnings = [r for r in caplog.records if "answers no --json" in r.getMessage()]
     assert len(warnings) == 1 and "unrecognized option '--json'" in warnings[0].getMessage()
     sid = sbatch(cluster, tmp_path, "found-by-name", "true")
-    assert read._by_name("found-by-name") == sid
+    assert read.commands.by_name("found-by-name") == sid
 
 
 def test_json_asked_for_on_a_slurm_without_it_is_a_clear_error(

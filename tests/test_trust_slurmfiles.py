@@ -2,7 +2,7 @@
 over and read without following a link, at every submit (requeues included) and poll.
 
 No Slurm cluster: ``SlurmBackend.submit`` and ``poll`` are called directly with the Slurm
-commands replaced by a recorder (``_cmd``), so what is checked is the folder preparation,
+commands replaced by a recorder (``commands.run``), so what is checked is the folder preparation,
 the ``spec.json`` and the ``sbatch`` line. The broker runs as root here (as for
 ``run_as = "user"``); ``nobody`` (uid 65534) is the job's user.
 """
@@ -85,7 +85,7 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Slu
                            state_format="text")  # the stand-in answers scontrol's text
     backend.run_as = "user"
     fake = Slurm()
-    monkeypatch.setattr(backend, "_cmd", fake)
+    monkeypatch.setattr(backend.commands, "run", fake)
     (tmp_path / "home" / "nobody").mkdir(parents=True)
     yield backend, fake
 
@@ -337,7 +337,7 @@ async def test_the_broker_fails_a_job_whose_attempt_folder_is_a_link_naming_it(
     try:
         backend = app.jobs.backend
         fake = Slurm()
-        backend._cmd = fake
+        backend.commands.run = fake
         backend.refusal = lambda spec: None  # the node list is not the point here
         target = _target(tmp_path)
         before = _snapshot(target)

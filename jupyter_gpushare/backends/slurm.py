@@ -59,9 +59,10 @@ Every Slurm command runs in the broker's worker thread (the broker calls backend
 event loop), with a timeout.
 
 This module holds the backend's settings, the refusal and the submit; next to it are the
-attempt folder's files (:mod:`.slurm_files`), running Slurm's commands and reading state with
-them (:mod:`.slurm_commands`), and finding, watching and stopping a submitted attempt's Slurm
-job (:mod:`.slurm_watch`).
+attempt folder's files (:mod:`.slurm_files`), and the parts the backend holds: running
+Slurm's commands and reading state with them (:mod:`.slurm_commands`, ``backend.commands``),
+and finding, watching and stopping a submitted attempt's Slurm job (:mod:`.slurm_watch`,
+``backend.watch``).
 """
 
 from __future__ import annotations
@@ -71,15 +72,14 @@ import json
 import os
 import pwd
 import sys
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from traitlets import Bool, Enum, Float, Integer, List, Unicode
 
 from ..userfiles import Folder
-from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec
+from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
 from .jobfolder import LOG, JobFolder
 from .local import RUNNER, _keep_broker_owned, _runner_spec, _with_cell_ids
 from .slurm_args import (
@@ -93,7 +93,7 @@ from .slurm_args import (
     refusal,
     sbatch_argv,
 )
-from .slurm_commands import SlurmCommandError
+from .slurm_commands import SlurmCommandError, SlurmCommands
 from .slurm_files import (
     ID_MAX_BYTES,
     STATUS_MAX_BYTES,
@@ -102,9 +102,8 @@ from .slurm_files import (
     read_status,
     write_file,
 )
-from .slurm_json import JsonSupport
 from .slurm_state import SlurmJob
-from .slurm_watch import SlurmWatching
+from .slurm_watch import SlurmWatch
 
 __all__ = [
     "DROPPED_ENV",
@@ -127,7 +126,7 @@ DROPPED_ENV = (
 """Grant variables Slurm sets itself on the node (from the GRES), or that name a local MPS."""
 
 
-class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
+class SlurmBackend(JobFolder, ConfigurableJobBackend):
     """Jobs as Slurm batch jobs on the node the broker placed them on (module docstring)."""
 
     name = "slurm"
@@ -246,11 +245,19 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
         self.policy_getter: Callable[[], Any] | None = (
             (lambda: broker.policy) if broker is not None else None
         )
-        self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
-        self._nodes: tuple[float, dict[str, SlurmNodeInfo]] | None = None
-        self._queue: tuple[float, list[tuple[SlurmJob, str]]] | None = None  # squeue --json
-        self._json = JsonSupport(str(self.state_format))
-        self._lock = threading.Lock()
+        self.commands = SlurmCommands(
+            squeue=self.squeue,
+            scontrol=self.scontrol,
+            sinfo=self.sinfo,
+            state_format=str(self.state_format),
+            slurm_conf=self.slurm_conf,
+            min_poll_interval_s=self.min_poll_interval_s,
+            node_cache_s=self.node_cache_s,
+            command_timeout_s=self.command_timeout_s,
+            run_as=lambda: self.run_as,
+            log=self.log,
+        )
+        self.watch = SlurmWatch(self.commands, self.job_folder, self.scancel, self.log)
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
@@ -273,6 +280,34 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
             "(ConstrainDevices=yes in cgroup.conf); without it a job sees the GPUs Slurm gave "
             "it in CUDA_VISIBLE_DEVICES but could open the others",
         )
+
+    # -- reading and watching: the parts' ------------------------------------------------
+
+    @property
+    def state_reader(self) -> str:
+        """``json`` or ``text``: how state is read now (``auto`` before the first read)."""
+        return self.commands.state_reader
+
+    def nodes(self) -> dict[str, SlurmNodeInfo]:
+        """The cluster's nodes (cached for ``node_cache_s``)."""
+        return self.commands.nodes()
+
+    def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
+        """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
+        return self.watch.slurm_job(handle, fresh=fresh)
+
+    def poll(self, handle: RunHandle) -> RunStatus:
+        return self.watch.poll(handle)
+
+    def signal(self, handle: RunHandle) -> None:
+        self.watch.signal(handle)
+
+    def kill(self, handle: RunHandle) -> None:
+        self.watch.kill(handle)
+
+    def nodes_in_service(self, nodes: Sequence[str]) -> set[str]:
+        """Of ``nodes`` (drained by the broker after ``NODE_FAIL``), those Slurm has back."""
+        return self.watch.nodes_in_service(nodes)
 
     # -- settings from the policy -----------------------------------------------------------
 
@@ -307,7 +342,7 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
         try:
             nodes = self.nodes()
             if node and node not in nodes:
-                self._nodes = None
+                self.commands.forget_nodes()
                 nodes = self.nodes()  # a node added since the last look
         except SlurmCommandError as exc:
             self.log.warning("cannot list Slurm nodes (%s): submitting without the check", exc)
@@ -341,7 +376,7 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
             attempt = stack.enter_context(
                 jdir.child(_attempt_name(spec.attempt), create=True, mode=0o755, owner=owner)
             )
-            existing = self._find_in(attempt, spec.job_id, spec.attempt, spec.user)
+            existing = self.watch.find_in(attempt, spec.job_id, spec.attempt, spec.user)
             if existing or attempt.exists("launched"):
                 return self._handle(spec, adir, existing)  # never a second run of one attempt
             jdir.child("checkpoint", create=True, mode=0o700, owner=owner).close()
@@ -354,7 +389,7 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
             argv, env = self._sbatch(spec, account)
             attempt.write_atomic("launched", b"1")
             try:
-                done = self._cmd(argv, env=self._env(env))
+                done = self.commands.run(argv, env=self.commands.env(env))
                 slurm_id = parse_parsable(done.stdout)
             except (SlurmCommandError, ValueError):
                 attempt.unlink("launched")  # nothing runs: it may be tried again
@@ -400,6 +435,4 @@ class SlurmBackend(SlurmWatching, JobFolder, ConfigurableJobBackend):
     # -- results: log, output and clean-up come from JobFolder ------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            self._queue = None
-            self._jobs.clear()  # the Slurm jobs go on; a restarted broker finds them
+        self.commands.forget_jobs()  # the Slurm jobs go on; a restarted broker finds them

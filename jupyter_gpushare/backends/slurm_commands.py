@@ -3,8 +3,9 @@ backend: the commands' environment and timeout, ``squeue --json`` / ``sinfo --js
 the installed Slurm answers them (:mod:`.slurm_json`), else ``scontrol show job/node -o``
 text (:mod:`.slurm_state`), each answer reused for a while.
 
-A mixin of :class:`~.slurm.SlurmBackend`, whose settings (command paths, ``state_format``,
-timeouts) and caches it uses.
+:class:`SlurmCommands` is held by :class:`~.slurm.SlurmBackend` (``backend.commands``): it
+is handed the backend's settings (command paths, ``state_format``, timeouts) when it is built
+and owns the answers it reuses.
 """
 
 from __future__ import annotations
@@ -33,25 +34,39 @@ class SlurmCommandError(RuntimeError):
 
 
 class SlurmCommands:
-    """Slurm's commands and the state they read (mixed into the Slurm backend)."""
+    """Slurm's commands and the state they read, each answer reused for a while."""
 
-    squeue: str
-    scontrol: str
-    sinfo: str
-    state_format: str
-    slurm_conf: str
-    min_poll_interval_s: float
-    node_cache_s: float
-    command_timeout_s: float
-    run_as: str
-    log: logging.Logger | logging.LoggerAdapter[Any]
-    _jobs: dict[str, tuple[float, SlurmJob | None]]
-    _nodes: tuple[float, dict[str, SlurmNodeInfo]] | None
-    _queue: tuple[float, list[tuple[SlurmJob, str]]] | None
-    _json: JsonSupport
-    _lock: threading.Lock
+    def __init__(
+        self,
+        *,
+        squeue: str,
+        scontrol: str,
+        sinfo: str,
+        state_format: str,
+        slurm_conf: str,
+        min_poll_interval_s: float,
+        node_cache_s: float,
+        command_timeout_s: float,
+        run_as: Callable[[], str],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.squeue = squeue
+        self.scontrol = scontrol
+        self.sinfo = sinfo
+        self.state_format = state_format
+        self.slurm_conf = slurm_conf
+        self.min_poll_interval_s = min_poll_interval_s
+        self.node_cache_s = node_cache_s
+        self.command_timeout_s = command_timeout_s
+        self.run_as = run_as  # how jobs run now: "hub" or "user" (the backend's, read live)
+        self.log = log
+        self._jobs: dict[str, tuple[float, SlurmJob | None]] = {}
+        self._nodes: tuple[float, dict[str, SlurmNodeInfo]] | None = None
+        self._queue: tuple[float, list[tuple[SlurmJob, str]]] | None = None  # squeue --json
+        self._json = JsonSupport(state_format)
+        self._lock = threading.Lock()
 
-    def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {
             k: os.environ[k]
             for k in ("PATH", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
@@ -66,13 +81,13 @@ class SlurmCommands:
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return env
 
-    def _cmd(
+    def run(
         self, argv: list[str], *, env: dict[str, str] | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
         try:
             done = subprocess.run(
                 argv,
-                env=env or self._env(),
+                env=env or self.env(),
                 capture_output=True,
                 text=True,
                 timeout=self.command_timeout_s,
@@ -98,7 +113,7 @@ class SlurmCommands:
         """``parse`` of what ``argv`` (a ``--json`` command) prints; None: read the text."""
         if not self._json.wanted():
             return None
-        done = self._cmd(argv, check=False)
+        done = self.run(argv, check=False)
         first = self._json.answers is None
         try:
             parsed = self._json.take(done.returncode, done.stdout, done.stderr, parse)
@@ -131,7 +146,7 @@ class SlurmCommands:
                 self._queue = (now, jobs)
         return jobs
 
-    def _show_job(self, slurm_id: str, *, fresh: bool = False) -> SlurmJob | None:
+    def show_job(self, slurm_id: str, *, fresh: bool = False) -> SlurmJob | None:
         now = time.monotonic()
         with self._lock:
             cached = self._jobs.get(slurm_id)
@@ -146,7 +161,7 @@ class SlurmCommands:
         return self._show_job_text(slurm_id, now)
 
     def _show_job_text(self, slurm_id: str, now: float) -> SlurmJob | None:
-        done = self._cmd([self.scontrol, "show", "job", "-o", slurm_id], check=False)
+        done = self.run([self.scontrol, "show", "job", "-o", slurm_id], check=False)
         job = None
         if done.returncode == 0:
             for line in done.stdout.splitlines():
@@ -159,12 +174,12 @@ class SlurmCommands:
             self._jobs[slurm_id] = (now, job)
         return job
 
-    def _by_name(self, name: str, user: str = "") -> str | None:
+    def by_name(self, name: str, user: str = "") -> str | None:
         """The id of the newest Slurm job named ``name`` that slurmctld still knows (of
         ``user`` where jobs run as the user: anyone may name a Slurm job so)."""
         queue = self._squeue_json(fresh=True)
         if queue is not None:
-            mine = self.run_as != "user" or not user
+            mine = self.run_as() != "user" or not user
             named = [
                 int(job.job_id)
                 for job, owner in queue
@@ -172,9 +187,9 @@ class SlurmCommands:
             ]
             return str(max(named)) if named else None
         argv = [self.squeue, "-h", "--states=all", f"--name={name}", "-o", "%i"]
-        if self.run_as == "user" and user:
+        if self.run_as() == "user" and user:
             argv.append(f"--user={user}")
-        done = self._cmd(argv, check=False)
+        done = self.run(argv, check=False)
         ids = [w for w in done.stdout.split() if w.isdigit()]
         return max(ids, key=int) if ids else None
 
@@ -185,11 +200,22 @@ class SlurmCommands:
             return self._nodes[1]
         out = self._read_json([self.sinfo, "--json"], parse_sinfo_json)
         if out is None:
-            out = parse_scontrol_nodes(self._cmd([self.scontrol, "show", "node", "-o"]).stdout)
+            out = parse_scontrol_nodes(self.run([self.scontrol, "show", "node", "-o"]).stdout)
         self._nodes = (now, out)
         return out
 
-    def _forget_cached(self, sid: str) -> None:
+    def forget_nodes(self) -> None:
+        """Read the nodes afresh next time."""
+        self._nodes = None
+
+    def forget_job(self, sid: str) -> None:
+        """Read Slurm's job ``sid`` afresh next time."""
         with self._lock:
             self._jobs.pop(sid, None)
             self._queue = None
+
+    def forget_jobs(self) -> None:
+        """Read every job afresh next time."""
+        with self._lock:
+            self._queue = None
+            self._jobs.clear()

@@ -3,28 +3,39 @@ Slurm id (the handle's, the attempt folder's ``slurm_id`` when Slurm names that 
 found by name), its status from Slurm and the runner, a job pending on a dead node, nodes
 back in service, and ``scancel`` to signal or kill it.
 
-A mixin of :class:`~.slurm.SlurmBackend` (on top of its Slurm commands and job folders).
+:class:`SlurmWatch` is held by :class:`~.slurm.SlurmBackend` (``backend.watch``); it is
+handed the backend's Slurm commands, the way to open a job's folder and ``scancel``'s path.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..userfiles import Folder, UnsafeFile
 from .base import RunHandle, RunStatus
-from .jobfolder import JobFolder
 from .slurm_args import job_name, scancel_argv, scancel_signal_argv
 from .slurm_commands import SlurmCommandError, SlurmCommands
 from .slurm_files import ID_MAX_BYTES, _attempt_name, read_status
 from .slurm_state import SlurmJob, node_in_service, status_from, stuck_on
 
 
-class SlurmWatching(SlurmCommands, JobFolder):
-    """An attempt's Slurm job found, watched, signalled and killed (mixed into the backend)."""
+class SlurmWatch:
+    """An attempt's Slurm job found, watched, signalled and killed."""
 
-    scancel: str
+    def __init__(
+        self,
+        commands: SlurmCommands,
+        job_folder: Callable[..., Folder],
+        scancel: str,
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.commands = commands
+        self.job_folder = job_folder  # (job id, *names in it) -> the folder, opened safely
+        self.scancel = scancel
+        self.log = log
 
     # -- finding ----------------------------------------------------------------------------
 
@@ -35,9 +46,9 @@ class SlurmWatching(SlurmCommands, JobFolder):
         except OSError:
             return None
         with folder:
-            return self._find_in(folder, job_id, attempt, user)
+            return self.find_in(folder, job_id, attempt, user)
 
-    def _find_in(self, folder: Folder, job_id: str, attempt: int, user: str = "") -> str | None:
+    def find_in(self, folder: Folder, job_id: str, attempt: int, user: str = "") -> str | None:
         """The Slurm id in the attempt folder's ``slurm_id`` (the user's folder: used only
         when Slurm names that job as this attempt), else found by name in ``squeue``."""
         name = job_name(job_id, attempt)
@@ -47,7 +58,7 @@ class SlurmWatching(SlurmCommands, JobFolder):
                 return text
         if not folder.exists("launched"):
             return None
-        found = self._by_name(name, user)
+        found = self.commands.by_name(name, user)
         if found:  # the broker died between sbatch and writing slurm_id
             with contextlib.suppress(OSError):
                 folder.write_atomic("slurm_id", found.encode())
@@ -57,7 +68,7 @@ class SlurmWatching(SlurmCommands, JobFolder):
         """Whether Slurm's job ``slurm_id`` is ``name`` (one slurmctld forgot is taken:
         nothing can be signalled through it)."""
         try:
-            job = self._show_job(slurm_id)
+            job = self.commands.show_job(slurm_id)
         except SlurmCommandError as exc:
             self.log.warning("cannot check slurm_id %s (%s): found by name instead", slurm_id, exc)
             return False
@@ -77,7 +88,7 @@ class SlurmWatching(SlurmCommands, JobFolder):
     def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
         """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
         sid = self._slurm_id(handle)
-        return self._show_job(sid, fresh=fresh) if sid else None
+        return self.commands.show_job(sid, fresh=fresh) if sid else None
 
     def _read_attempt(self, handle: RunHandle) -> tuple[bool, dict[str, Any] | None]:
         """(launched, the runner's status.json) of the attempt, read through userfiles."""
@@ -114,9 +125,9 @@ class SlurmWatching(SlurmCommands, JobFolder):
         """Of ``nodes`` (drained by the broker after ``NODE_FAIL``), those Slurm has back:
         ``IDLE``/``MIXED``/``ALLOCATED`` without ``DOWN``/``DRAIN``/``NOT_RESPONDING``
         (a fresh ``scontrol show node``)."""
-        self._nodes = None
+        self.commands.forget_nodes()
         try:
-            known = self.nodes()
+            known = self.commands.nodes()
         except SlurmCommandError as exc:
             self.log.warning("cannot list Slurm nodes (%s): drained nodes stay drained", exc)
             return set()
@@ -126,9 +137,9 @@ class SlurmWatching(SlurmCommands, JobFolder):
         """A job still pending on the node the broker chose, which Slurm has down or
         drained: cancel it in Slurm and end the attempt as lost with its node, so the
         broker releases the grant (and places a new attempt elsewhere)."""
-        self._nodes = None  # a fresh look at the nodes: this is rare
+        self.commands.forget_nodes()  # a fresh look at the nodes: this is rare
         try:
-            states = {n: i.state for n, i in self.nodes().items()}
+            states = {n: i.state for n, i in self.commands.nodes().items()}
         except SlurmCommandError:
             return None
         node = stuck_on(job, states)
@@ -154,12 +165,12 @@ class SlurmWatching(SlurmCommands, JobFolder):
     def signal(self, handle: RunHandle) -> None:
         sid = self._slurm_id(handle)
         if sid:
-            self._cmd(scancel_signal_argv(sid, self.scancel), check=False)
-            self._forget_cached(sid)
+            self.commands.run(scancel_signal_argv(sid, self.scancel), check=False)
+            self.commands.forget_job(sid)
 
     def kill(self, handle: RunHandle) -> None:
         sid = self._slurm_id(handle)
         if sid:
             for argv in scancel_argv(sid, self.scancel):
-                self._cmd(argv, check=False)
-            self._forget_cached(sid)
+                self.commands.run(argv, check=False)
+            self.commands.forget_job(sid)
