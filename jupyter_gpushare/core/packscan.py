@@ -80,6 +80,49 @@ class RankedScan:
         sizes, shares = table.hostable_by_size(view.model, level, units)
         return table.frag(view.model, level, units), sizes, shares
 
+    def _bound(
+        self,
+        view: NodeView,
+        before: int,
+        after: int,
+        milli: int,
+        num: int,
+        least: float,
+        penalty: float,
+        enough: float,
+    ) -> tuple[float, tuple[int, ...]]:
+        """A lower bound on the gradient of ``num`` GPUs of ``milli`` on ``view`` from CPU
+        level ``before`` to ``after``, less a rounding margin, and never below ``least``;
+        with ``()``, or with ``(0,)`` when only the first bound below was computed.
+
+        First from the floor at ``before`` alone (the share of the target not hostable
+        there: the bound a scan used before ``gradient_floor``); only when that bound (plus
+        ``penalty``, in rank steps of the pool) stays below ``enough``, the rank that would
+        skip the node, is the floor at ``after`` read too (:func:`gradient_floor`).
+        """
+        floors = self._floors
+        stride = len(self.table.cpu_levels) + 1
+        sig, units, total = view.sig, view.sorted_units, view.total
+        now = floors.get(sig * stride + before)
+        if now is None:
+            now = floors[sig * stride + before] = self._floor(view, before)
+        shares = now[2]
+        low = (total - milli * num) * (1.0 - (shares[-1] if shares else 0.0)) - now[0]
+        low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
+        low = low if low > least else least
+        if ((low + penalty) // self._step_of(milli, num)) * len(self.by_pos) >= enough:
+            return low, (0,)
+        left = floors.get(sig * stride + after) if after != before else now
+        if left is None:
+            left = floors[sig * stride + after] = self._floor(view, after)
+        strong = gradient_floor(now, left, units, milli, num, total)
+        strong -= 1e-6 * (1.0 + abs(strong))
+        return (strong if strong > low else low), ()
+
+    def _step_of(self, milli: int, num: int) -> float:
+        """The rank step of a request of ``num`` GPUs of ``milli`` (a step per GPU asked)."""
+        return self.step * max(1.0, milli * num / UNIT)
+
     def _gradient(
         self, view: NodeView, after_level: int, milli: int, num: int
     ) -> tuple[float, tuple[int, ...]]:
@@ -158,12 +201,11 @@ class RankedScan:
         memo = self._by_shape.get((milli, num))
         if memo is None:
             memo = self._by_shape[(milli, num)] = {}
-        floors = self._floors
         gradient = self._gradient
         weight = self.weight
         demand = milli * num
         # a step per GPU asked: gradients of multi-GPU shapes are that many times larger
-        step = self.step * max(1.0, demand / UNIT)
+        step = self._step_of(milli, num)
         n = len(self.by_pos)
         inf = float("inf")
         # rank and position folded into one number: (delta // step) * n + position
@@ -191,10 +233,10 @@ class RankedScan:
                 if models and model not in models and "|" not in model:
                     continue  # (a node of mixed models is checked GPU by GPU later)
             starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
-            if cut < inf:  # the least rank a row can have, at no cost: its starvation alone
-                low = least + weight * starved if starved > 0.0 else least
-                if (low // step) * n + pos >= cut:
-                    continue
+            # the least rank a row can have, at no cost: its starvation alone (without it,
+            # the least rank is that of an ordered scan's stop, checked above)
+            if starved > 0.0 and weight and ((least + weight * starved) // step) * n + pos >= cut:
+                continue
             after = bisect_right(levels, cpu_left)
             before = bisect_right(levels, free_cpu)
             key = sig * stride2 + before * stride + after
@@ -202,20 +244,12 @@ class RankedScan:
             if hit is None:
                 if cut < inf:
                     known = memo.get(~key)  # (the bound, memoised with the gradients)
-                    if known is None:
-                        fb = floors.get(sig * stride + before)
-                        if fb is None:
-                            fb = floors[sig * stride + before] = self._floor(view, before)
-                        fa = floors.get(sig * stride + after) if after != before else fb
-                        if fa is None:
-                            fa = floors[sig * stride + after] = self._floor(view, after)
-                        low = gradient_floor(fb, fa, units, milli, num, total)
-                        low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
-                        if low < least:
-                            low = least
-                        memo[~key] = (low, ())
-                    else:
-                        low = known[0]
+                    if known is None or known[1]:  # (none, or only the one from ``before``)
+                        penalty = weight * starved if starved > 0.0 else 0.0
+                        known = memo[~key] = self._bound(
+                            view, before, after, milli, num, least, penalty, cut - pos
+                        )
+                    low = known[0]
                     if starved > 0.0:
                         low += weight * starved
                     if (low // step) * n + pos >= cut:
