@@ -72,7 +72,7 @@ def test_an_image_that_cannot_be_pulled_waits_saying_why_then_fails_its_attempt(
     assert IMAGE in summary and "not found in the registry" in summary, summary
     assert "image_pull_timeout_s = 1 s" in summary, summary
     nothing_left(fake)  # the Job, its pod, its ConfigMap and its Workload are gone
-    assert len(b._waits) == 0
+    assert len(b.poller._waits) == 0
 
 
 def test_an_image_pulled_in_time_runs(fake: FakeKube) -> None:
@@ -84,7 +84,7 @@ def test_an_image_pulled_in_time_runs(fake: FakeKube) -> None:
     del fake.unpullable[IMAGE]  # e.g. the pull secret was fixed
     running = b.poll(handle)
     assert running.alive and not running.queued and running.reason == ""
-    assert len(b._waits) == 0
+    assert len(b.poller._waits) == 0
 
 
 def test_a_stop_of_a_pod_that_never_started_deletes_its_job(fake: FakeKube) -> None:

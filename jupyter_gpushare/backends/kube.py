@@ -29,8 +29,9 @@ How the states map (:meth:`KubeJobsBackend.poll`):
 the grace period); :meth:`~KubeJobsBackend.kill` deletes the Job with
 ``propagationPolicy: Foreground`` and grace 0.
 
-This module holds the settings, the submit and the stop; polling an attempt
-(:mod:`.kube_poll`) and reading its logs (:mod:`.kube_logs`) are mixins next to it.
+This module holds the settings, the submit and the stop; the backend holds its parts, built
+next to it: polling an attempt (:mod:`.kube_poll`, ``backend.poller``) and reading its logs
+(:mod:`.kube_logs`, ``backend.logs``).
 """
 
 from __future__ import annotations
@@ -38,12 +39,10 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, Unicode, observe
 
 from ..spawner import enforcement
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
@@ -61,11 +60,11 @@ from .kube_objects import (
     job_selector,
     pod_paths,
 )
-from .kube_poll import KubePolling
-from .kube_waiting import WaitTracker, pod_wait
+from .kube_poll import KubePoller
+from .kube_waiting import pod_wait
 
 
-class KubeJobsBackend(KubePolling, KubeLogs, ConfigurableJobBackend):
+class KubeJobsBackend(ConfigurableJobBackend):
     """Batch jobs as Kubernetes Jobs admitted by Kueue (see the module docstring)."""
 
     name = "kubernetes"
@@ -200,11 +199,34 @@ class KubeJobsBackend(KubePolling, KubeLogs, ConfigurableJobBackend):
         self.client: KubeClient | None = client
         self.user_root: Callable[[str], str] | None = None
         self.gpu_memory: Callable[[], Mapping[str, int]] | None = None
-        self._logs: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._polled: dict[tuple[str, int], tuple[float, RunStatus]] = {}
-        self._log_reads: OrderedDict[str, tuple[float, list[tuple[int, bytes]]]] = OrderedDict()
-        self._waits = WaitTracker()
-        self._lock = threading.Lock()
+        self.poller = KubePoller(
+            lambda: self.api,
+            namespace=self.namespace,
+            poll_min_interval_s=self.poll_min_interval_s,
+            image_pull_timeout_s=self.image_pull_timeout_s,
+            log=self.log,
+        )
+        self.logs = KubeLogs(
+            lambda: self.api,
+            namespace=self.namespace,
+            poll_min_interval_s=self.poll_min_interval_s,
+            log_cache_bytes=self.log_cache_bytes,
+            log_cache_attempts=self.log_cache_attempts,
+            log=self.log,
+        )
+
+    @observe(
+        "namespace",
+        "poll_min_interval_s",
+        "image_pull_timeout_s",
+        "log_cache_bytes",
+        "log_cache_attempts",
+    )
+    def _hand_setting_to_parts(self, change: Any) -> None:
+        """A setting changed once the parts were built: the parts that hold it get it."""
+        for part in (getattr(self, "poller", None), getattr(self, "logs", None)):
+            if part is not None and hasattr(part, change["name"]):
+                setattr(part, change["name"], change["new"])
 
     @classmethod
     def create(cls, settings: Any) -> KubeJobsBackend:
@@ -373,9 +395,10 @@ class KubeJobsBackend(KubePolling, KubeLogs, ConfigurableJobBackend):
         SIGTERM (the runner saves its notebook and checkpoint), SIGKILL after it. A Job
         still waiting in Kueue, or whose pod has not started (Pending), has nothing to
         save: it is deleted."""
-        ns, name = self._ns_name(handle)
-        self._fresh(handle)
-        self._keep_logs(handle)
+        ns, name = self.poller.ns_name(handle)
+        self.poller.fresh(handle)
+        self.logs.fresh(handle.job_id)
+        self.logs.keep(handle)
         pods = self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt))
         live = [
             p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
@@ -395,15 +418,29 @@ class KubeJobsBackend(KubePolling, KubeLogs, ConfigurableJobBackend):
     def kill(self, handle: RunHandle) -> None:
         """Delete the Job now: its pods with grace 0 (SIGKILL), then the Job in the
         foreground (the ConfigMap goes with it)."""
-        ns, name = self._ns_name(handle)
-        self._fresh(handle)
-        self._keep_logs(handle)
+        ns, name = self.poller.ns_name(handle)
+        self.poller.fresh(handle)
+        self.logs.fresh(handle.job_id)
+        self.logs.keep(handle)
         for pod in self.api.list_pods(ns, attempt_selector(handle.job_id, handle.attempt)):
             self.api.delete_pod(ns, str(pod["metadata"]["name"]), 0)
         self.api.delete_job(ns, name, propagation="Foreground", grace_s=0)
         self.api.delete_configmap(ns, name)
 
-    # -- logs and output ----------------------------------------------------------------------
+    # -- state and logs: the parts' ----------------------------------------------------------
+
+    def poll(self, handle: RunHandle) -> RunStatus:
+        """The attempt's state (see the module docstring), asked of the API server at most
+        every ``poll_min_interval_s``."""
+        return self.poller.poll(handle)
+
+    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
+        return self.logs.read_log(job_id, offset, max_bytes)
+
+    def log_size(self, job_id: str) -> int:
+        return self.logs.log_size(job_id)
+
+    # -- output -------------------------------------------------------------------------------
     def fetch_output(self, handle: RunHandle) -> bytes | None:
         """None: the executed notebook is in the user's volume (``output_path``), which
         the broker does not mount; the user's server, which mounts it, serves it
@@ -418,13 +455,8 @@ class KubeJobsBackend(KubePolling, KubeLogs, ConfigurableJobBackend):
             self.api.delete_job(
                 self.namespace, str(job["metadata"]["name"]), propagation="Background"
             )
-        with self._lock:
-            for key in [k for k in self._logs if k[0] == job_id]:
-                del self._logs[key]
-            for key in [k for k in self._polled if k[0] == job_id]:
-                del self._polled[key]
-            self._waits.forget(job_id)
-            self._log_reads.pop(job_id, None)
+        self.poller.forget(job_id)
+        self.logs.forget(job_id)
 
     def close(self) -> None:
         if self.client is not None:

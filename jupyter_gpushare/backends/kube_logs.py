@@ -2,7 +2,8 @@
 ``poll_min_interval_s``), kept in a bounded cache once a pod ended or before it is deleted,
 so a job's log stays readable while the broker runs.
 
-A mixin of :class:`~.kube.KubeJobsBackend`, whose settings, API client and caches it uses.
+:class:`KubeLogs` is held by :class:`~.kube.KubeJobsBackend` (``backend.logs``); it is handed
+the way to the API client and the settings it uses, and owns the logs it keeps.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from .base import RunHandle
 from .kube_client import KubeClient, NotFound
@@ -19,21 +21,31 @@ from .kube_objects import ATTEMPT_LABEL, CONTAINER, job_selector
 
 
 class KubeLogs:
-    """Every attempt's log, from the pods or the cache (mixed into the Kubernetes backend)."""
+    """Every attempt's log, from the pods or the cache."""
 
-    _logs: OrderedDict[tuple[str, int], bytes]
-    _log_reads: OrderedDict[str, tuple[float, list[tuple[int, bytes]]]]
-    namespace: str
-    poll_min_interval_s: float
-    log_cache_bytes: int
-    log_cache_attempts: int
-    log: logging.Logger | logging.LoggerAdapter[Any]
-    _lock: threading.Lock
+    def __init__(
+        self,
+        api: Callable[[], KubeClient],
+        *,
+        namespace: str,
+        poll_min_interval_s: float,
+        log_cache_bytes: int,
+        log_cache_attempts: int,
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.get_api = api  # the API client (made at its first use)
+        self.namespace = namespace
+        self.poll_min_interval_s = poll_min_interval_s
+        self.log_cache_bytes = log_cache_bytes
+        self.log_cache_attempts = log_cache_attempts
+        self.log = log
+        self._logs: OrderedDict[tuple[str, int], bytes] = OrderedDict()  # ended or kept
+        self._log_reads: OrderedDict[str, tuple[float, list[tuple[int, bytes]]]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    if TYPE_CHECKING:
-
-        @property
-        def api(self) -> KubeClient: ...
+    @property
+    def api(self) -> KubeClient:
+        return self.get_api()
 
     def _attempt_logs(self, job_id: str) -> list[tuple[int, bytes]]:
         """Every attempt's log, oldest first (read at most every ``poll_min_interval_s``)."""
@@ -87,7 +99,19 @@ class KubeLogs:
             while len(self._logs) > max(1, self.log_cache_attempts):
                 self._logs.popitem(last=False)
 
-    def _keep_logs(self, handle: RunHandle) -> None:
+    def fresh(self, job_id: str) -> None:
+        """The next log read asks the API server again (after a stop)."""
+        with self._lock:
+            self._log_reads.pop(job_id, None)
+
+    def forget(self, job_id: str) -> None:
+        """Nothing kept of the job's logs."""
+        with self._lock:
+            for key in [k for k in self._logs if k[0] == job_id]:
+                del self._logs[key]
+            self._log_reads.pop(job_id, None)
+
+    def keep(self, handle: RunHandle) -> None:
         """Read the attempt's log before its pod is deleted."""
         try:
             self._read_logs(handle.job_id)

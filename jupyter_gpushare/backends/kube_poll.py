@@ -3,7 +3,9 @@ a :class:`~.base.RunStatus` (queued in Kueue, waiting for its pod, running, ende
 preempted on the cluster; the mapping is in :mod:`.kube`'s docstring), each live answer
 reused for ``poll_min_interval_s``.
 
-A mixin of :class:`~.kube.KubeJobsBackend`, whose settings, API client and caches it uses.
+:class:`KubePoller` is held by :class:`~.kube.KubeJobsBackend` (``backend.poller``); it is
+handed the way to the API client and the settings it uses, and owns the answers it reuses and
+the waits of pods it has seen.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .base import RunHandle, RunStatus
 from .kube_client import KubeClient, KubeError
@@ -22,26 +24,32 @@ from .kube_status import condition, disrupted, terminated_state, timestamp
 from .kube_waiting import WaitTracker, needs_events, pod_wait, terminal
 
 
-class KubePolling:
-    """An attempt's state from the API server (mixed into the Kubernetes backend)."""
+class KubePoller:
+    """An attempt's state from the API server, each live answer reused for a while."""
 
-    image_pull_timeout_s: float
-    _polled: dict[tuple[str, int], tuple[float, RunStatus]]
-    _log_reads: Any
-    _waits: WaitTracker
-    namespace: str
-    poll_min_interval_s: float
-    log_cache_bytes: int
-    log_cache_attempts: int
-    log: logging.Logger | logging.LoggerAdapter[Any]
-    _lock: threading.Lock
+    def __init__(
+        self,
+        api: Callable[[], KubeClient],
+        *,
+        namespace: str,
+        poll_min_interval_s: float,
+        image_pull_timeout_s: float,
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.get_api = api  # the API client (made at its first use)
+        self.namespace = namespace
+        self.poll_min_interval_s = poll_min_interval_s
+        self.image_pull_timeout_s = image_pull_timeout_s
+        self.log = log
+        self._polled: dict[tuple[str, int], tuple[float, RunStatus]] = {}
+        self._waits = WaitTracker()
+        self._lock = threading.Lock()
 
-    if TYPE_CHECKING:
+    @property
+    def api(self) -> KubeClient:
+        return self.get_api()
 
-        @property
-        def api(self) -> KubeClient: ...
-
-    def _ns_name(self, handle: RunHandle) -> tuple[str, str]:
+    def ns_name(self, handle: RunHandle) -> tuple[str, str]:
         return (
             str(handle.ref.get("namespace") or self.namespace),
             str(handle.ref.get("name") or object_name(handle.job_id, handle.attempt)),
@@ -65,15 +73,21 @@ class KubePolling:
                 self._waits.clear(key)
         return status
 
-    def _fresh(self, handle: RunHandle) -> None:
-        """The next poll and log read ask the API server again (after a stop)."""
+    def fresh(self, handle: RunHandle) -> None:
+        """The next poll asks the API server again (after a stop)."""
         with self._lock:
             self._polled.pop((handle.job_id, handle.attempt), None)
-            self._log_reads.pop(handle.job_id, None)
             self._waits.clear((handle.job_id, handle.attempt))
 
+    def forget(self, job_id: str) -> None:
+        """Nothing kept of the job's attempts."""
+        with self._lock:
+            for key in [k for k in self._polled if k[0] == job_id]:
+                del self._polled[key]
+            self._waits.forget(job_id)
+
     def _poll_now(self, handle: RunHandle) -> RunStatus:
-        ns, name = self._ns_name(handle)
+        ns, name = self.ns_name(handle)
         job = self.api.get_job(ns, name)
         if job is None:
             return RunStatus(alive=False, started=bool(handle.ref))
