@@ -26,8 +26,9 @@ The token is read from a file when the client is made and goes nowhere else: not
 the spec, the job's environment, the log or the handle.
 
 Here are the settings, the submit, the poll and the stop; next to this module are the
-``yt.wrapper`` helpers (:mod:`.ytsaurus_client`), a finished operation's result and output
-(:mod:`.ytsaurus_result`) and the jobs' log (:mod:`.ytsaurus_logs`).
+``yt.wrapper`` helpers (:mod:`.ytsaurus_client`) and the parts the backend holds: a finished
+operation's result and output (:mod:`.ytsaurus_result`, ``backend.results``) and the jobs'
+log (:mod:`.ytsaurus_logs`, ``backend.logs``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, Float, Integer, List, Unicode
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, observe
 
 from . import ytsaurus_spec as ys
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
@@ -48,7 +49,7 @@ from .local import _with_cell_ids
 from .ytsaurus_client import _is_no_such_operation, offline_client, spec_builder
 from .ytsaurus_job import joined
 from .ytsaurus_logs import YTsaurusLogs
-from .ytsaurus_result import INTERRUPTED_BY_YT, YTsaurusResult
+from .ytsaurus_result import INTERRUPTED_BY_YT, YTsaurusResults
 
 __all__ = [
     "CACHE_SIZE",
@@ -90,7 +91,7 @@ def _keep(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
         cache.popitem(last=False)
 
 
-class YTsaurusBackend(YTsaurusResult, YTsaurusLogs, ConfigurableJobBackend):
+class YTsaurusBackend(ConfigurableJobBackend):
     """Runs each attempt of a job as a YTsaurus vanilla operation (see the module)."""
 
     name = "ytsaurus"
@@ -199,12 +200,29 @@ class YTsaurusBackend(YTsaurusResult, YTsaurusLogs, ConfigurableJobBackend):
         self._client = client
         self._lock = threading.Lock()
         self._finished: OrderedDict[str, RunStatus] = OrderedDict()  # op id -> final status
-        self._stderr: OrderedDict[str, bytes] = OrderedDict()  # finished op id -> its stderr
-        self._signalled: OrderedDict[str, None] = OrderedDict()
+        self._signalled: OrderedDict[str, None] = OrderedDict()  # ops interrupted by us
+        self.results = YTsaurusResults(
+            lambda: self.client,
+            deliver_output=self.deliver_output,
+            output_cypress_dir=self.output_cypress_dir,
+            signalled=lambda op_id: op_id in self._signalled,
+            log=self.log,
+        )
+        self.logs = YTsaurusLogs(
+            lambda: self.client,
+            lambda: self.settings,
+            self._recorded_operation,
+            lambda op_id: op_id in self._finished,
+            _keep,
+            self.log,
+        )
 
-    def _cache(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None:
-        """Keep ``value`` in one of the bounded caches (at most :data:`CACHE_SIZE`)."""
-        _keep(cache, key, value)
+    @observe("deliver_output", "output_cypress_dir")
+    def _hand_setting_to_parts(self, change: Any) -> None:
+        """A setting changed once the parts were built: the results get it."""
+        results = getattr(self, "results", None)
+        if results is not None:
+            setattr(results, change["name"], change["new"])
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -384,12 +402,21 @@ class YTsaurusBackend(YTsaurusResult, YTsaurusLogs, ConfigurableJobBackend):
             return RunStatus(alive=None)  # cannot tell now; asked again next pass
         state = str(info.get("state") or "")
         if state in FINISHED_STATES:
-            status = self._final(handle, op_id, state, info)
+            status = self.results.final(handle, op_id, state, info)
             _keep(self._finished, op_id, status)
             return status
         if state in RUNNING_STATES:
             return RunStatus(alive=True)
         return RunStatus(alive=None)  # a state this client does not know: keep watching
+
+    def fetch_output(self, handle: RunHandle) -> bytes | None:
+        return self.results.fetch_output(handle)
+
+    def read_log(self, job_id: str, offset: int = 0, max_bytes: int = 65536) -> tuple[bytes, int]:
+        return self.logs.read_log(job_id, offset, max_bytes)
+
+    def log_size(self, job_id: str) -> int:
+        return self.logs.log_size(job_id)
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -429,8 +456,9 @@ class YTsaurusBackend(YTsaurusResult, YTsaurusLogs, ConfigurableJobBackend):
                 self.log.info("YTsaurus: abort of %s: %s", op_id, exc)
 
     def forget(self, job_id: str) -> None:
-        for op_id in self._operations(job_id):
-            for cache in (self._finished, self._stderr, self._signalled):
+        for op_id in self.logs.operations(job_id):
+            for cache in (self._finished, self._signalled):
                 cache.pop(op_id, None)
+            self.logs.forget(op_id)
         with contextlib.suppress(Exception):
             self.client.remove(ys.job_dir(self.settings, job_id), recursive=True, force=True)

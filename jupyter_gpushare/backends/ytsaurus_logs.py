@@ -2,39 +2,50 @@
 in its Cypress node) in order, and the stderr of its jobs (``get_job_stderr``), kept once
 the operation finished.
 
-A mixin of :class:`~.ytsaurus.YTsaurusBackend`, whose settings, client and caches it uses.
+:class:`YTsaurusLogs` is held by :class:`~.ytsaurus.YTsaurusBackend` (``backend.logs``); it
+is handed the ways to the client, the settings, an attempt's recorded operation and whether an
+operation finished, and keeps the stderr of finished operations.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from . import ytsaurus_spec as ys
-from .base import RunStatus
 
 
 class YTsaurusLogs:
-    """Every attempt's stderr, in order (mixed into the YTsaurus backend)."""
+    """Every attempt's stderr, in order."""
 
-    log: logging.Logger | logging.LoggerAdapter[Any]
-    _finished: OrderedDict[str, RunStatus]
-    _stderr: OrderedDict[str, bytes]
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        settings: Callable[[], ys.YtSettings],
+        recorded_operation: Callable[[ys.AttemptPaths], str | None],
+        finished: Callable[[str], bool],
+        keep: Callable[[OrderedDict[str, Any], str, Any], None],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.get_client = client  # the yt.wrapper client (made at its first use)
+        self.get_settings = settings
+        self.recorded_operation = recorded_operation  # an attempt's operation id, if recorded
+        self.finished = finished  # whether an operation finished (its stderr no longer changes)
+        self.keep = keep  # into a bounded cache
+        self.log = log
+        self._stderr: OrderedDict[str, bytes] = OrderedDict()  # finished op id -> its stderr
 
-    if TYPE_CHECKING:
+    @property
+    def client(self) -> Any:
+        return self.get_client()
 
-        @property
-        def client(self) -> Any: ...
+    @property
+    def settings(self) -> ys.YtSettings:
+        return self.get_settings()
 
-        @property
-        def settings(self) -> ys.YtSettings: ...
-
-        def _cache(self, cache: OrderedDict[str, Any], key: str, value: Any) -> None: ...
-
-        def _recorded_operation(self, paths: ys.AttemptPaths) -> str | None: ...
-
-    def _operations(self, job_id: str) -> list[str]:
+    def operations(self, job_id: str) -> list[str]:
         """The operation of every attempt of ``job_id``, in attempt order."""
         base = ys.job_dir(self.settings, job_id)
         try:
@@ -48,7 +59,7 @@ class YTsaurusLogs:
         )
         out = []
         for n in attempts:
-            op_id = self._recorded_operation(ys.attempt_paths(self.settings, job_id, n))
+            op_id = self.recorded_operation(ys.attempt_paths(self.settings, job_id, n))
             if op_id:
                 out.append(op_id)
         return out
@@ -67,12 +78,16 @@ class YTsaurusLogs:
         except Exception as exc:  # noqa: BLE001 - a job without stderr (yet)
             self.log.debug("YTsaurus: no stderr of %s: %s", op_id, exc)
             return data
-        if op_id in self._finished:  # it no longer changes
-            self._cache(self._stderr, op_id, data)
+        if self.finished(op_id):  # it no longer changes
+            self.keep(self._stderr, op_id, data)
         return data
 
     def _log(self, job_id: str) -> bytes:
-        return b"".join(self._op_stderr(op_id) for op_id in self._operations(job_id))
+        return b"".join(self._op_stderr(op_id) for op_id in self.operations(job_id))
+
+    def forget(self, op_id: str) -> None:
+        """The operation's stderr is no longer kept."""
+        self._stderr.pop(op_id, None)
 
     def log_size(self, job_id: str) -> int:
         return len(self._log(job_id))

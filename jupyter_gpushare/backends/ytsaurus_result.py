@@ -2,16 +2,18 @@
 executed notebook read from the attempt's output table, the notebook delivered to the user's
 files (and a Cypress folder where one is configured), and why an operation failed.
 
-A mixin of :class:`~.ytsaurus.YTsaurusBackend`, whose settings, client and caches it uses.
+:class:`YTsaurusResults` is held by :class:`~.ytsaurus.YTsaurusBackend` (``backend.results``);
+it is handed the way to the client, the settings it uses and the way to know which operations
+jupyter-gpushare interrupted itself.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .base import RunHandle, RunStatus
 from .ytsaurus_job import parse_rows
@@ -23,20 +25,29 @@ INTERRUPTED_BY_YT = (
 )
 
 
-class YTsaurusResult:
-    """A finished operation's result and output (mixed into the YTsaurus backend)."""
+class YTsaurusResults:
+    """A finished operation's result and output."""
 
-    deliver_output: bool
-    output_cypress_dir: str
-    log: logging.Logger | logging.LoggerAdapter[Any]
-    _signalled: OrderedDict[str, None]
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        *,
+        deliver_output: bool,
+        output_cypress_dir: str,
+        signalled: Callable[[str], bool],
+        log: logging.Logger | logging.LoggerAdapter[Any],
+    ) -> None:
+        self.get_client = client  # the yt.wrapper client (made at its first use)
+        self.deliver_output = deliver_output
+        self.output_cypress_dir = output_cypress_dir
+        self.signalled = signalled  # whether jupyter-gpushare interrupted the operation
+        self.log = log
 
-    if TYPE_CHECKING:
+    @property
+    def client(self) -> Any:
+        return self.get_client()
 
-        @property
-        def client(self) -> Any: ...
-
-    def _final(self, handle: RunHandle, op_id: str, state: str, info: dict[str, Any]) -> RunStatus:
+    def final(self, handle: RunHandle, op_id: str, state: str, info: dict[str, Any]) -> RunStatus:
         if state == "completed":
             table = str(handle.ref.get("output_table") or "")
             try:
@@ -47,7 +58,7 @@ class YTsaurusResult:
             if status is not None:
                 delivered = self._deliver(handle, notebook) if notebook is not None else None
                 error = status.get("error")
-                if status.get("terminated") and op_id not in self._signalled:
+                if status.get("terminated") and not self.signalled(op_id):
                     error = dict(error or {}, summary=INTERRUPTED_BY_YT)
                 return RunStatus(
                     alive=False,
@@ -73,7 +84,7 @@ class YTsaurusResult:
         text = "; ".join([message, *inner[:2]])[:500]
         return RunStatus(
             alive=False,
-            terminated=op_id in self._signalled,
+            terminated=self.signalled(op_id),
             error={"summary": f"YTsaurus operation {op_id} {state}: {text}"},
         )
 
