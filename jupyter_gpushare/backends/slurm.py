@@ -76,7 +76,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Enum, Float, Integer, List, Unicode
+from traitlets import Bool, Enum, Float, Integer, List, Unicode, observe
 
 from ..userfiles import Folder
 from .base import Capabilities, ConfigurableJobBackend, RunHandle, RunSpec, RunStatus
@@ -258,6 +258,23 @@ class SlurmBackend(JobFolder, ConfigurableJobBackend):
             log=self.log,
         )
         self.watch = SlurmWatch(self.commands, self.job_folder, self.scancel, self.log)
+
+    @observe(
+        "squeue",
+        "scontrol",
+        "sinfo",
+        "state_format",
+        "slurm_conf",
+        "min_poll_interval_s",
+        "node_cache_s",
+        "command_timeout_s",
+        "scancel",
+    )
+    def _hand_setting_to_parts(self, change: Any) -> None:
+        """A setting changed once the parts were built: the parts that hold it get it."""
+        for part in (getattr(self, "commands", None), getattr(self, "watch", None)):
+            if part is not None and hasattr(part, change["name"]):
+                setattr(part, change["name"], change["new"])
 
     def capabilities(self) -> Capabilities:
         return Capabilities(
