@@ -10,6 +10,7 @@ checks that the caller may act for the user (and server) concerned.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
 from tornado import web
 
 from ..hubclient import HubClient, HubError
@@ -28,6 +30,11 @@ from ..service.preempt import NoticeHub
 from ..service.ratelimit import TokenBuckets, register_request_buckets
 from ..service.writes import TASK_WRITES
 from .auth import BrowserAuthMixin, BrowserLogin, Identity, TokenAuthenticator
+
+log = logging.getLogger("gpushare.broker.api")
+DATABASE_DOWN = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.DisconnectionError,
+                 sa_exc.InvalidatePoolError)
+"""What SQLAlchemy raises when the database cannot be reached (answered 503, not 500)."""
 
 OPENAPI_PATH = os.path.join(os.path.dirname(__file__), "openapi.yaml")
 MAX_LOGGED_URI = 200  # characters of a request's URI quoted in a log line
@@ -144,6 +151,14 @@ class BaseHandler(BrowserAuthMixin, web.RequestHandler):
         return f"{self.request.method} {uri} ({self.request.remote_ip})"
 
     def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, DATABASE_DOWN) and not self._finished:
+            # the database cannot be reached (stopped, restarting, its connection cut): a
+            # 503 the clients retry, not a 500 with a traceback per request
+            why = bounded_message(str(e).splitlines()[0] if str(e) else repr(e))
+            log.warning("%s: the database cannot be reached: %s", self._request_summary(), why)
+            self.ctx.broker.writes.database_failed(why)
+            e = BrokerError(503, "the broker's database cannot be reached; try again shortly",
+                            code="db_unavailable", headers={"Retry-After": "1"})
         if isinstance(e, BrokerError):
             if self._finished:
                 return
@@ -228,7 +243,20 @@ class OpenAPIHandler(BaseHandler):
 
 
 class HealthHandler(BaseHandler):
+    """``GET /health``: 200 ``ok`` when the broker serves; 200 ``starting`` while it loads its
+    state; 503 ``database unavailable`` while the database does not answer (``SELECT 1``, on
+    a worker thread, at most once a second) or writes are refused after a failed commit
+    (the state is being rebuilt from the database)."""
+
     public = True
 
-    def get(self) -> None:
-        self.send({"status": "ok" if self.ctx.broker.loaded else "starting"})
+    async def get(self) -> None:
+        broker = self.ctx.broker
+        problem = await broker.writes.database_problem()
+        if problem is not None:
+            self.set_status(503)
+            self.set_header("Retry-After", "1")
+            self.finish(json.dumps({"status": "database unavailable",
+                                    "reason": bounded_message(problem)}))
+            return
+        self.send({"status": "ok" if broker.loaded else "starting"})

@@ -10,6 +10,7 @@ has them). It knows nothing of grants or requests: the lifecycle hands it statem
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -52,10 +53,55 @@ class Writes:
         )
         # the group commits of those writes (None: each commits on the caller's thread)
         self.commits: CommitPipeline | None = None
+        # the last database probe of /health (database_problem)
+        self._probe: asyncio.Future[str | None] | None = None
+        self._probed_at = float("-inf")
+        self._probe_answer: str | None = None
         # (user, idempotency key) -> (sequence number, answer) of admissions not yet durable
         self.unsettled_keys: OrderedDict[tuple[str, str], tuple[int, dict[str, Any]]] = (
             OrderedDict()
         )
+
+    async def database_problem(self, timeout_s: float = 3.0) -> str | None:
+        """What is wrong with the database now (writes refused after a failed commit, no
+        answer to ``SELECT 1``, no answer within ``timeout_s``), else ``None``. The probe
+        runs on a worker thread, at most one at a time, its answer kept for a second."""
+        refused = self.refused_because
+        if refused is not None:
+            return refused
+        now = time.monotonic()
+        if now - self._probed_at < 1.0 and self._probe is None:
+            return self._probe_answer
+        if self._probe is None:
+            self._probe = asyncio.ensure_future(asyncio.to_thread(self._select_one))
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(self._probe), timeout_s)
+        except asyncio.TimeoutError:
+            return f"the database did not answer SELECT 1 within {timeout_s:.0f} s"
+        self._probe, self._probed_at, self._probe_answer = None, time.monotonic(), answer
+        return answer
+
+    def database_failed(self, why: str) -> None:
+        """A request found the database unreachable: ``/health`` says so until its next
+        probe (a second from now) finds it answering."""
+        self._probed_at, self._probe_answer = time.monotonic(), why
+
+    def _select_one(self) -> str | None:
+        """``SELECT 1`` on a connection of the pool (not waiting for the commit queue)."""
+        try:
+            bypass = self.commits.bypass() if self.commits is not None else nullcontext()
+            with bypass, self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - any failure is the answer
+            first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            return f"{type(exc).__name__}: {first}"
+        return None
+
+    @property
+    def refused_because(self) -> str | None:
+        """Why writes are refused now (a failed commit not yet recovered from: the database
+        cannot be reached or the state is being rebuilt from it), else ``None``."""
+        return self.commits.broken if self.commits is not None else None
 
     # -- group commits ----------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,9 @@ from sqlalchemy import Engine
 
 log = logging.getLogger("gpushare.broker.db")
 
+PING_AFTER_IDLE_S = 1.0
+"""PostgreSQL: a connection idle this long is asked ``SELECT 1`` before a change is sent on it
+(one round trip; a busy broker never pays it)."""
 RESTART_BUSY_MS = 5
 """How long the checkpointer's ``RESTART`` step waits for the writer and for readers."""
 
@@ -183,6 +187,7 @@ class FastWriter:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.wal_restart_bytes = wal_restart_bytes
         self.wal_restarts = 0
+        self._used_at = float("inf")  # when a write last went through (monotonic)
         self._raw: Any = None  # SQLAlchemy's proxy (detached from the pool)
         self._conn: Any = None  # the driver connection
         self._cur: Any = None
@@ -242,6 +247,8 @@ class FastWriter:
                     conn.execute("ROLLBACK")
                 raise
         else:
+            if time.monotonic() - self._used_at > PING_AFTER_IDLE_S:
+                conn, cur = self._alive(conn), self._cur
             text, params = self.query(statements)
             try:
                 cur.execute(text, params)
@@ -252,6 +259,21 @@ class FastWriter:
                     self._drop()
                 raise
         self.commits += 1
+        self._used_at = time.monotonic()
+
+    def _alive(self, conn: Any) -> Any:
+        """PostgreSQL: ``conn`` if it answers ``SELECT 1``, else a new connection. After a
+        while idle the server may have closed it (restarted, an idle timeout): nothing of a
+        change is sent on a connection that failed this, so none is lost or sent twice."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            return conn
+        except Exception:  # noqa: BLE001 - any failure: replace it (a failed reconnect raises)
+            log.info("commits: the connection did not answer after %.0f s idle; a new one",
+                     time.monotonic() - self._used_at)
+            self._drop()
+            return self._connect()
 
     def query(
         self, statements: Sequence[tuple[str, tuple[Any, ...]]]
