@@ -53,6 +53,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="managed: the hub starts the broker (and a hub fault takes it along); outside: "
         "the broker runs on its own (setup_gpushare(broker_managed=False)) through hub faults",
     )
+    p.add_argument(
+        "--db", choices=("sqlite", "postgresql"), default="sqlite",
+        help="the broker's database: SQLite (its fault: locked) or a PostgreSQL server of the "
+        "run's own (its fault: stopped and started)",
+    )
+    p.add_argument(
+        "--slurm", action="store_true",
+        help="jobs run on a real Slurm cluster started for the run (slurmctld and a slurmd per "
+        "job node, in namespaces; needs root), with kill -9 of its nodes among the faults",
+    )
     p.add_argument("--tmp", default=None, help="folder for the stack (default: a new one)")
     p.add_argument("--history", default=None, help="where to keep the history")
     p.add_argument("--keep-history", action="store_true", help="keep it even with 0 violations")

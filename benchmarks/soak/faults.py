@@ -2,7 +2,9 @@
 
 Kinds: kill -9 and SIGTERM of the broker, of the hub (started again on the same ports), of a
 single-user server and of a job's kernel; a broken policy file for a while; the database
-locked for a while (SQLite: another connection holds an exclusive lock). Each fault is
+locked for a while (SQLite: another connection holds an exclusive lock) or stopped and
+started again (PostgreSQL, with ``--db postgresql``); kill -9 of a Slurm node, its slurmd
+and its jobs (with ``--slurm``). Each fault is
 recorded with its target and, where the stack should heal by itself, the seconds until it
 did (the broker serves again; the hub answers and every server has its grant again; the
 hub and the broker both let go of a killed server).
@@ -22,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from .drivers import Faults
+from .drivers import Faults, http
 from .history import History
 from .stack import Stack
 from .world import BROKEN
@@ -36,8 +38,11 @@ KINDS = {  # kind -> weight after the first round (which has each kind once)
     "server_term": 1,
     "kernel_kill9": 2,
     "policy_broken": 1,
-    "db_locked": 2,
+    "db_locked": 2,  # SQLite only
+    "db_stopped": 2,  # PostgreSQL only
+    "slurm_node_kill9": 2,  # --slurm only
 }
+DB_KINDS = {"sqlite": "db_locked", "postgresql": "db_stopped"}
 RECOVERY_LIMIT_S = 90.0
 
 
@@ -49,14 +54,30 @@ class Planned:
 
 
 def schedule(
-    seed: int, minutes: float, interval_s: float, kinds: list[str] | None = None
+    seed: int,
+    minutes: float,
+    interval_s: float,
+    kinds: list[str] | None = None,
+    db: str = "sqlite",
+    slurm: bool = False,
 ) -> list[Planned]:
     """Faults from ``warmup`` to a little before the end, ``interval_s`` apart on average
-    (of ``kinds`` only, when given: ``--faults``, to study one kind's recovery)."""
-    unknown = sorted(set(kinds or []) - set(KINDS))
+    (of ``kinds`` only, when given: ``--faults``, to study one kind's recovery); the
+    database's fault is the one of ``db`` (SQLite locked, PostgreSQL stopped)."""
+    known = [
+        k
+        for k in KINDS
+        if (k not in DB_KINDS.values() or k == DB_KINDS[db])
+        and (slurm or not k.startswith("slurm_"))
+    ]
+    unknown = sorted(set(kinds or []) - set(known))
     if unknown:
-        raise ValueError(f"--faults: unknown kind {', '.join(unknown)} (known: {', '.join(KINDS)})")
-    weights = {k: w for k, w in KINDS.items() if not kinds or k in kinds}
+        setup = f"--db {db}" + (" --slurm" if slurm else "")
+        raise ValueError(
+            f"--faults: unknown kind {', '.join(unknown)} with {setup} "
+            f"(known: {', '.join(known)})"
+        )
+    weights = {k: KINDS[k] for k in known if not kinds or k in kinds}
     rng = random.Random(seed)
     first = list(weights)
     rng.shuffle(first)
@@ -293,6 +314,47 @@ class Injector(threading.Thread):
             conn.close()
         self.faults.close(w)
         return f"database locked for {p.hold_s} s", None
+
+
+    def db_stopped(self, p: Planned) -> tuple[str, float | None]:
+        """PostgreSQL stopped (fast shutdown: open connections are cut) for ``hold_s``, then
+        started again on the same port; recovered when the broker answers again."""
+        pg = self.stack.pg
+        w = self.faults.open("db", "db")
+        t0 = time.time()
+        ctl = os.path.join(pg.bindir, "pg_ctl")
+        pg._run([ctl, "-D", pg.data, "-m", "fast", "-w", "stop"])
+        self.stopping.wait(p.hold_s)
+        pg._run([ctl, "-D", pg.data, "-l", os.path.join(pg.dir, "pg.log"), "-w", "-t", "60",
+                 "-o", f"-p {pg.port} -k {pg.dir} -h 127.0.0.1 -c fsync=off "
+                 "-c max_connections=300", "start"])
+        while not self.stack.broker_healthy(0.5) and time.time() - t0 < RECOVERY_LIMIT_S:
+            time.sleep(0.1)
+        took = time.time() - t0
+        self.faults.close(w)
+        return f"PostgreSQL stopped for {p.hold_s} s", took
+
+
+    # -- a Slurm node ---------------------------------------------------------------------
+
+    def slurm_node_kill9(self, p: Planned) -> tuple[str, float | None]:
+        """kill -9 of a Slurm node (its slurmd and every job process on it: a dead machine),
+        a node with a job running where there is one; started again after ``hold_s``;
+        recovered when the node is idle in Slurm again."""
+        cluster = self.stack.slurm
+        status, body = http(self.stack.broker_url + "/jobs?all=1",
+                            self.stack.hub.token_for("boss", note="soak fault"))
+        busy = sorted({j.get("node") for j in (body or {}).get("jobs", [])
+                       if status == 200 and j.get("state") == "running"} & set(cluster.nodes))
+        name = self.rng.choice(busy or sorted(cluster.nodes))
+        w = self.faults.open("slurm", f"slurm node {name}")
+        t0 = time.time()
+        cluster.kill_node(name)
+        self.stopping.wait(p.hold_s)
+        cluster.restart_node(name)
+        took = time.time() - t0
+        self.faults.close(w)
+        return f"Slurm node {name}" + (" (running a job)" if busy else ""), took
 
 
 def summary_of(plan: list[Planned]) -> dict[str, Any]:

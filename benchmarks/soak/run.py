@@ -29,7 +29,7 @@ from .reclaim import Reclaimer
 from .report import ledger_hours, report_hours
 from .stack import Stack, policy_facts, start
 from .summary import render
-from .world import OWNERS, POLICY, PROBE, users
+from .world import OWNERS, POLICY, PROBE, SLURM_NODES, users
 
 RECONCILE_S = 5.0
 SNAPSHOT_S = 2.0
@@ -59,18 +59,55 @@ def run(args: argparse.Namespace) -> int:
     print(f"soak: seed {seed}", flush=True)
     tmp = Path(args.tmp or tempfile.mkdtemp(prefix=f"gpushare-soak-{seed}-"))
     h = History(seed=seed, settings=settings())
-    stack = start(tmp, POLICY, h.settings, broker_outside=args.broker == "outside")
-    h.settings["broker"] = args.broker
-    code = 2
+    with contextlib.ExitStack() as parts:
+        pg = start_postgres() if args.db == "postgresql" else None
+        if pg is not None:
+            parts.callback(pg.stop)
+        slurm = start_slurm() if args.slurm else None
+        if slurm is not None:
+            parts.callback(slurm.cleanup)
+        stack = start(
+            tmp, POLICY, h.settings, broker_outside=args.broker == "outside", pg=pg, slurm=slurm
+        )
+        h.settings.update(broker=args.broker, db=args.db, slurm=bool(args.slurm))
+        code = 2
+        try:
+            code = drive_and_audit(args, seed, stack, h)
+            return code
+        finally:
+            shutdown(stack, h)
+            if code == 0 and not args.tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:  # the hub's and the broker's logs, the databases and the job folders
+                say(f"stack folder kept: {tmp}")
+    return code
+
+
+def start_postgres() -> Any:
+    """A PostgreSQL server of its own (the tests' ``PgServer``: initdb in a new folder, a
+    free port), or an error saying what is missing."""
+    from pgserver import PgServer, pg_missing_reason
+
+    reason = pg_missing_reason()
+    if reason:
+        raise SystemExit(f"--db postgresql: {reason}")
+    return PgServer()
+
+
+def start_slurm() -> Any:
+    """A real Slurm cluster (the tests' ``SlurmCluster``) whose nodes are the policy's nodes
+    that run jobs (``lab-0``, ``train-0``: 2 GPUs each, as GRES gpu and shard), or an error
+    saying what is missing."""
+    from slurmcluster import SlurmCluster, have_slurm
+
+    if not have_slurm():
+        raise SystemExit("--slurm: slurmctld is not on PATH (apt-get install slurm-wlm munge)")
+    cluster = SlurmCluster(nodes=list(SLURM_NODES), gpus_per_node=2, shards_per_gpu=8)
     try:
-        code = drive_and_audit(args, seed, stack, h)
-        return code
-    finally:
-        shutdown(stack, h)
-        if code == 0 and not args.tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:  # the hub's and the broker's logs, the databases and the job folders
-            say(f"stack folder kept: {tmp}")
+        return cluster.start()
+    except BaseException:
+        cluster.cleanup()
+        raise
 
 
 def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: History) -> int:
@@ -78,7 +115,7 @@ def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: Histor
     people = users(args.users_per_team)
     for name, team in {**people, PROBE[0]: PROBE[1], "boss": "vision"}.items():
         stack.hub.create_user(name, groups=[team])
-    plan = schedule(seed, args.minutes, args.fault_interval, args.faults)
+    plan = schedule(seed, args.minutes, args.fault_interval, args.faults, args.db, args.slurm)
     say(f"soak: {len(plan)} faults planned: {json.dumps(summary_of(plan))}")
     stop, faults = threading.Event(), Faults()
     seats = threading.Semaphore(args.max_servers)

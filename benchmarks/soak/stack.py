@@ -26,6 +26,7 @@ from realhub import RealHub, free_port, start_hub
 from jupyter_gpushare.policy import load_policy
 
 PREFIX = "/services/gpushare/api/v1"
+PG_DATABASE = "gpushare_soak"
 TABLES = {
     "grants": "gpushare_grants",
     "requests": "gpushare_requests",
@@ -36,18 +37,33 @@ JSON_COLUMNS = {"slices", "spec", "handle", "error", "request_spec", "parameters
 
 
 def hub_config(
-    policy: Path, broker_port: int, settings: dict[str, Any], broker_outside: bool = False
+    policy: Path,
+    broker_port: int,
+    settings: dict[str, Any],
+    broker_outside: bool = False,
+    db_url: str | None = None,
+    slurm_conf: str | None = None,
 ) -> str:
     reconcile = settings["reconcile_interval_s"]
+    slurm_args = [] if slurm_conf is None else [
+        "--JobManager.backend_class=jupyter_gpushare.backends.slurm.SlurmBackend",
+        f"--SlurmBackend.slurm_conf={slurm_conf}",
+        "--SlurmBackend.pass_account=True",  # accepted as is: the test cluster has no slurmdbd
+        "--SlurmBackend.pass_qos=True",
+        "--SlurmBackend.min_poll_interval_s=0.5",
+        "--SlurmBackend.node_return_interval_s=1.0",
+    ]
+    slurm = "".join(f", {a!r}" for a in slurm_args)
     return f"""
 c.SimpleLocalProcessSpawner.home_dir_template = HUB_TMP + "/home/{{username}}"
 from jupyter_gpushare.hubsetup import setup_gpushare
 setup_gpushare(c, {str(policy)!r}, spawner="simple", broker_port={broker_port},
                data_dir=HUB_TMP, admin_users=["boss"], broker_managed={not broker_outside},
+               db_url={db_url!r},
                broker_args=["--BrokerApp.reconcile_interval_s={reconcile}",
                             "--BrokerApp.reconcile_min_age_s={reconcile}",
                             "--BrokerApp.log_level=INFO",
-                            "--JobManager.cancel_grace_s=2"])
+                            "--JobManager.cancel_grace_s=2"{slurm}])
 c.GPUShareSpawner.policy_file = {str(policy)!r}
 c.GPUShareSpawner.queue_poll_interval = 0.5
 c.JupyterHub.allow_named_servers = True
@@ -67,6 +83,8 @@ class Stack:
     policy_file: Path
     policy_text: str
     broker_proc: subprocess.Popen[bytes] | None = None  # the broker outside the hub, if so
+    pg: Any = None  # the PostgreSQL server (tests/pgserver.py) of a --db postgresql run
+    slurm: Any = None  # the Slurm cluster (tests/slurmcluster.py) the jobs run on (--slurm)
 
     @property
     def db_path(self) -> Path:
@@ -74,7 +92,11 @@ class Stack:
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.db_path}"
+        return self.pg_url if self.pg is not None else f"sqlite:///{self.db_path}"
+
+    @property
+    def pg_url(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.pg.port}/{PG_DATABASE}"
 
     @property
     def broker_url(self) -> str:
@@ -159,16 +181,47 @@ class Stack:
 
     def read_rows(self) -> dict[str, list[dict[str, Any]]]:
         """The broker's stored history, read directly (read-only) from its database."""
+        if self.pg is not None:
+            return self._read_pg_rows()
         conn = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
         conn.row_factory = sqlite3.Row
         try:
             rows = {
-                name: [_row(r) for r in conn.execute(f"SELECT * FROM {table}")]
+                name: [_row(dict(r)) for r in conn.execute(f"SELECT * FROM {table}")]
                 for name, table in TABLES.items()
             }
             rows["heartbeats"] = [
                 dict(r) for r in conn.execute("SELECT grant_id, ts FROM gpushare_heartbeats")
             ]
+        finally:
+            conn.close()
+        return rows
+
+    def _read_pg_rows(self) -> dict[str, list[dict[str, Any]]]:
+        """The same rows from PostgreSQL (psycopg2, a read-only transaction; retried while
+        the server is being stopped and started by a fault)."""
+        import psycopg2
+        import psycopg2.extras
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = psycopg2.connect(host="127.0.0.1", port=self.pg.port, user="postgres",
+                                        dbname=PG_DATABASE, connect_timeout=5)
+                break
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        try:
+            conn.set_session(readonly=True)
+            with conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+                rows: dict[str, list[dict[str, Any]]] = {}
+                for name, table in TABLES.items():
+                    cur.execute(f"SELECT * FROM {table}")
+                    rows[name] = [_row(dict(r)) for r in cur.fetchall()]
+                cur.execute("SELECT grant_id, ts FROM gpushare_heartbeats")
+                rows["heartbeats"] = [dict(r) for r in cur.fetchall()]
         finally:
             conn.close()
         return rows
@@ -182,8 +235,7 @@ class Stack:
         return found
 
 
-def _row(r: sqlite3.Row) -> dict[str, Any]:
-    row = dict(r)
+def _row(row: dict[str, Any]) -> dict[str, Any]:
     for key in JSON_COLUMNS & row.keys():
         if isinstance(row[key], str):
             with contextlib.suppress(ValueError):
@@ -218,17 +270,27 @@ def policy_facts(path: Path) -> dict[str, Any]:
 
 
 def start(
-    tmp: Path, policy_text: str, settings: dict[str, Any], broker_outside: bool = False
+    tmp: Path,
+    policy_text: str,
+    settings: dict[str, Any],
+    broker_outside: bool = False,
+    pg: Any = None,
+    slurm: Any = None,
 ) -> Stack:
     """The stack; with ``broker_outside`` the broker runs outside the hub (``hubsetup``'s
-    ``broker_managed=False``, started from its launch file) and outlives the hub's faults."""
+    ``broker_managed=False``, started from its launch file) and outlives the hub's faults;
+    with ``pg`` (a running ``PgServer``) the broker's database is PostgreSQL; with
+    ``slurm`` (a running ``SlurmCluster`` whose nodes are the policy's job nodes) the jobs
+    run as Slurm jobs (``SlurmBackend``)."""
     tmp.mkdir(parents=True, exist_ok=True)
     policy = tmp / "policy.yaml"
     policy.write_text(policy_text)
     broker_port = free_port()
-    config = hub_config(policy, broker_port, settings, broker_outside)
+    db_url = pg.new_database(PG_DATABASE) if pg is not None else None
+    conf = slurm.conf_path if slurm is not None else None
+    config = hub_config(policy, broker_port, settings, broker_outside, db_url, conf)
     hub = start_hub(tmp / "hub", extra_config=config)
-    stack = Stack(tmp, hub, broker_port, policy, policy_text)
+    stack = Stack(tmp, hub, broker_port, policy, policy_text, pg=pg, slurm=slurm)
     if broker_outside:
         stack.launch_broker()
     deadline = time.monotonic() + 90

@@ -67,7 +67,8 @@ def render(h: History, out: Outcome) -> str:
         f"(x{MONTH_H / run_h:,.0f}; the broker's clock runs at real time)",
         f"stack: broker {h.settings.get('broker', 'managed')} "
         f"({'outside the hub' if h.settings.get('broker') == 'outside' else 'the hub starts it'}),"
-        f" database {h.settings.get('db', 'sqlite')}",
+        f" database {h.settings.get('db', 'sqlite')}, jobs on "
+        f"{'a real Slurm cluster' if h.settings.get('slurm') else 'the local batch backend'}",
     ]
     lines.append(
         "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(faults.items())) or "none")

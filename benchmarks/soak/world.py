@@ -60,6 +60,8 @@ profiles:
      gpu: {fraction: 1/4}, priority: research, max_lifetime: 1h}
 """
 
+SLURM_NODES = ("lab-0", "train-0")  # the nodes jobs run on: a --slurm run's Slurm nodes
+
 BROKEN = "teams: [this is not closed\n"  # a policy file with an error, for a while
 
 # what users start, with weights (a server holds it until they stop it)
