@@ -259,11 +259,11 @@ class RootPage(HealthHandler):
     admin to the team's page, or says 403); anything else gets the health answer the root
     always gave."""
 
-    def get(self) -> None:
+    async def get(self) -> None:
         if "text/html" in self.request.headers.get("Accept", "") and self.login is not None:
             self.redirect(self.login.base_url + "home")
             return
-        super().get()
+        await super().get()
 
 
 def admin_routes(
