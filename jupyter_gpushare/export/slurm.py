@@ -121,7 +121,10 @@ def shards_per_gpu_of(policy: Policy, override: int | None = None) -> int:
     return int(value) if value else DEFAULT_SHARDS_PER_GPU
 
 
-class _Builder(SacctmgrPart):
+class _Builder:
+    """The header, slurm.conf and gres.conf lines; the ``sacctmgr`` lines come from the part
+    it holds (:class:`~.slurm_sacctmgr.SacctmgrPart`)."""
+
     def __init__(self, policy: Policy, shards: int, device: str) -> None:
         self.policy = policy
         self.shards = shards
@@ -129,6 +132,7 @@ class _Builder(SacctmgrPart):
         section = getattr(policy, "slurm", None)
         named = getattr(section, "partition", None)
         self.default_partition = slurm_name(named) if named else None
+        self.sacctmgr = SacctmgrPart(policy, shards)
         self.out = SlurmExport()
 
     # -- names -------------------------------------------------------------------------------
@@ -231,6 +235,9 @@ class _Builder(SacctmgrPart):
                 "Default=YES MaxTime=INFINITE State=UP"
             )
 
+    def sacctmgr_commands(self) -> None:
+        self.out.sacctmgr += self.sacctmgr.build()
+
     def gres_conf(self) -> None:
         gres = self.out.gres_conf
         for pool in self.pools_with_nodes():
@@ -265,9 +272,7 @@ def export_slurm(
     builder.header()
     builder.slurm_conf()
     builder.gres_conf()
-    builder.qos()
-    builder.accounts()
-    builder.users()
+    builder.sacctmgr_commands()
     return builder.out
 
 

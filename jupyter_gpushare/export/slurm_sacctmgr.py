@@ -2,8 +2,9 @@
 account per team and per (team, pool) quota with its limits, and the users the policy names,
 as idempotent commands (every ``add`` followed by a ``modify``). Pure (no I/O).
 
-A mixin of the export's builder in :mod:`.slurm`, which holds the policy, the shards per GPU
-and the :class:`~.slurm_result.SlurmExport` it fills.
+A part the export's builder in :mod:`.slurm` holds: it is handed the policy and the shards per
+GPU, fills its own :attr:`SacctmgrPart.lines`, and the builder copies them into the
+:class:`~.slurm_result.SlurmExport`.
 """
 
 from __future__ import annotations
@@ -19,15 +20,22 @@ from .slurm_names import (
     slurm_name,
     team_account,
 )
-from .slurm_result import SlurmExport
 
 
 class SacctmgrPart:
-    """The accounts, QOS and users of the export (mixed into its builder)."""
+    """The accounts, QOS and users of the export, as ``sacctmgr`` lines of its own."""
 
-    policy: Policy
-    shards: int
-    out: SlurmExport
+    def __init__(self, policy: Policy, shards: int) -> None:
+        self.policy = policy
+        self.shards = shards
+        self.lines: list[str] = []
+
+    def build(self) -> list[str]:
+        """The QOS, then the accounts, then the users (see the module docstring)."""
+        self.qos()
+        self.accounts()
+        self.users()
+        return self.lines
 
     def team_quotas(self, team: Team) -> list[tuple[Pool, PoolQuota]]:
         found = []
@@ -43,7 +51,7 @@ class SacctmgrPart:
         ]
 
     def qos(self) -> None:
-        cmds = self.out.sacctmgr
+        cmds = self.lines
         cmds.append(
             "# ---- QOS: one per priority class (priority_classes.*); all are added "
             "first, as one may name another in Preempt"
@@ -96,7 +104,7 @@ class SacctmgrPart:
 
     def accounts(self) -> None:
         policy = self.policy
-        cmds = self.out.sacctmgr
+        cmds = self.lines
         cmds += [
             "",
             f"# ---- accounts: the cohort {COHORT_ACCOUNT}, a team account per team "
@@ -205,7 +213,7 @@ class SacctmgrPart:
         return qos_name(min(usable, key=lambda c: c.value).name)
 
     def users(self) -> None:
-        cmds = self.out.sacctmgr
+        cmds = self.lines
         cmds += [
             "",
             "# ---- users the policy names (teams.*.admins); other members: add them the same way",
