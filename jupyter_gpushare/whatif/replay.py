@@ -32,8 +32,9 @@ What can differ from the broker (timing of reconcile, culling, node loss, the id
 culler's own decisions) is listed in ``docs/whatif.md``.
 
 The parts live next to this module: the records and the result (:mod:`.replay_records`), the
-month's GPU-hours (:mod:`.replay_ledger`) and the admission facts (:mod:`.replay_facts`);
-here is the event loop with its arrivals, decisions, releases and preemptions.
+month's GPU-hours (:mod:`.replay_ledger`) and the admission facts (:mod:`.replay_facts`, a
+part the replay holds); here is the event loop with its arrivals, decisions, releases and
+preemptions.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
-from ..core.admission import Decision, Outcome
+from ..core.admission import Decision, Outcome, decide
 from ..core.grant_end import EndKind
 from ..core.model import Grant, Kind, Policy, Request
 from ..core.placement import place
@@ -71,7 +72,7 @@ __all__ = [
 RELEASE, DEADLINE, CANCEL, ARRIVE = 0, 1, 2, 3
 
 
-class Replay(ReplayFacts):
+class Replay:
     """One replay of ``demands`` under ``policy`` (see the module's docstring)."""
 
     def __init__(
@@ -86,7 +87,6 @@ class Replay(ReplayFacts):
     ) -> None:
         self.policy = policy
         self.demands = sort_demands(demands)
-        self.limits = limits or QueueLimits()
         self.requeue_delay_s = requeue_delay_s
         self.state = ClusterState(policy)
         self.queue = ReplayQueue(self._priority_value)
@@ -105,15 +105,15 @@ class Replay(ReplayFacts):
         self.decisions = 0
         self.by_id = {d.id: d for d in self.demands}
         self.ledger = _Ledger()
-        has_budget = any(
-            q.gpu_hours_per_month is not None for t in policy.teams for _, q in t.quotas
+        self.admission = ReplayFacts(
+            policy,
+            self.state,
+            self.queue,
+            self.ledger,
+            self.pending,
+            limits=limits or QueueLimits(),
+            budgets=budgets,
         )
-        self.budgets = has_budget if budgets is None else budgets
-        self.pending_version = 0
-        self._waiting_cache: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, str]]]] = {}
-        self.guarantees = {
-            (t.name, pool): q.guaranteed_milli for t in policy.teams for pool, q in t.quotas
-        }
         self._warm(warm)
 
     def _warm(self, requests: Sequence[Request]) -> None:
@@ -180,6 +180,11 @@ class Replay(ReplayFacts):
         self.next_id += 1
         return f"w{self.next_id}"
 
+    def _decide(self, req: Request, retry: bool) -> Decision:
+        self.decisions += 1
+        facts = self.admission.facts(self.now, req, retry)
+        return decide(self.state, req, self._gid(), facts)
+
     def _priority_value(self, name: str) -> int:
         priority = self.policy.priority(name)
         return priority.value if priority is not None else 0
@@ -192,7 +197,7 @@ class Replay(ReplayFacts):
         out.attempts += 1
         decision = self._decide(req, retry=False)
         if decision.outcome is Outcome.QUEUED:
-            decision = self._queue_limit(req) or decision
+            decision = self.admission.queue_limit(req) or decision
         self.waiting[req.id] = (demand, k)
         self._carry_out(req, decision)
         if decision.outcome in (Outcome.QUEUED, Outcome.PREEMPTING) and demand.patience_s:
@@ -283,7 +288,7 @@ class Replay(ReplayFacts):
         fresh = [v for v in victims if v.id not in self.state.preempting]
         deadline = max((self.now + v.grace_period_s for v in victims), default=self.now)
         self.pending[req.id] = _Pending(req, {v.id for v in victims}, deadline, decision.reason)
-        self.pending_version += 1
+        self.admission.pending_changed()
         for victim in fresh:
             self.state.preempting[victim.id] = req.id
         self.deadlines[req.id] = deadline
@@ -307,7 +312,7 @@ class Replay(ReplayFacts):
     def _transition(self, req: Request, decision: Decision) -> None:
         self.queue.pop(req.id)
         if self.pending.pop(req.id, None) is not None:
-            self.pending_version += 1
+            self.admission.pending_changed()
         self._carry_out(req, decision)
 
     def drain_queue(self, pool: str) -> None:
@@ -396,7 +401,7 @@ class Replay(ReplayFacts):
         if request_id not in self.queue and request_id not in self.pending:
             return
         pend = self.pending.pop(request_id, None)
-        self.pending_version += 1
+        self.admission.pending_changed()
         self.queue.pop(request_id)
         self.deadlines.pop(request_id, None)
         if pend is not None:

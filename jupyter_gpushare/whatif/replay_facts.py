@@ -3,39 +3,57 @@
 teams waiting inside their guarantee in a pool (kept until the state, the queue or the
 preempting requests change), and the broker's queue limits. Pure (no I/O).
 
-A mixin of :class:`~.replay.Replay`, whose state it reads.
+A part :class:`~.replay.Replay` holds: it is handed the policy, the cluster state, the queue,
+the ledger and the preempting requests (the replay's own objects, read here, never changed),
+and keeps the guarantees, whether budgets count, the queue limits and the cache of waiting
+teams; the replay tells it when the preempting requests change
+(:meth:`ReplayFacts.pending_changed`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..core.admission import AdmissionFacts, Decision, Outcome, decide
-from ..core.model import Request
+from ..core.admission import AdmissionFacts, Decision, Outcome
+from ..core.model import Policy, Request
 from ..core.state import ClusterState
 from .queue import ReplayQueue
 from .replay_ledger import _Ledger
 from .replay_records import QueueLimits, _Pending
 
 
+def has_budgets(policy: Policy) -> bool:
+    """Whether any quota of the policy has a monthly GPU-hour budget."""
+    return any(q.gpu_hours_per_month is not None for t in policy.teams for _, q in t.quotas)
+
+
 class ReplayFacts:
-    """What the core is told with each decision (mixed into the replay)."""
+    """What the core is told with each decision, and the broker's queue limits."""
 
-    state: ClusterState
-    queue: ReplayQueue
-    ledger: _Ledger
-    limits: QueueLimits
-    budgets: bool
-    pending: dict[str, _Pending]
-    pending_version: int
-    guarantees: dict[tuple[str, str], int]
-    decisions: int
-    now: float
-    _waiting_cache: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, str]]]]
+    def __init__(
+        self,
+        policy: Policy,
+        state: ClusterState,
+        queue: ReplayQueue,
+        ledger: _Ledger,
+        pending: dict[str, _Pending],
+        *,
+        limits: QueueLimits,
+        budgets: bool | None = None,
+    ) -> None:
+        self.state = state
+        self.queue = queue
+        self.ledger = ledger
+        self.pending = pending  # request id -> a preempting request (the replay's, read only)
+        self.limits = limits
+        self.budgets = has_budgets(policy) if budgets is None else budgets
+        self.guarantees = {
+            (t.name, pool): q.guaranteed_milli for t in policy.teams for pool, q in t.quotas
+        }
+        self.pending_version = 0
+        self._waiting_cache: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, str]]]] = {}
 
-    if TYPE_CHECKING:
-
-        def _gid(self) -> str: ...
+    def pending_changed(self) -> None:
+        """The preempting requests changed: the waiting teams are read again."""
+        self.pending_version += 1
 
     def facts(self, now: float, req: Request, retry: bool = False) -> AdmissionFacts:
         """The broker's :func:`~jupyter_gpushare.broker.service.lifecycle.facts`.
@@ -85,11 +103,7 @@ class ReplayFacts:
             return False
         return self.state.team_used(team_name, pool) + units_milli <= guaranteed
 
-    def _decide(self, req: Request, retry: bool) -> Decision:
-        self.decisions += 1
-        return decide(self.state, req, self._gid(), self.facts(self.now, req, retry))
-
-    def _queue_limit(self, req: Request) -> Decision | None:
+    def queue_limit(self, req: Request) -> Decision | None:
         lim = self.limits
         if lim.per_user and self.queue.per_user[req.user] >= lim.per_user:
             return Decision(Outcome.REFUSED, "queue limit per user", "queue_limit")
