@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -104,11 +106,42 @@ class HubClient:
         code, data = await self._call("GET", f"/groups/{quote(group, safe='')}")
         return sorted(data.get("users") or ()) if code == 200 and data else None
 
-    async def stop_server(self, user: str, server: str) -> bool:
-        """Ask the hub to stop ``user``'s server (``""`` = default); ``False`` if not running."""
+    async def stop_server(self, user: str, server: str, let_spawn_answer_s: float = 0.0) -> bool:
+        """Ask the hub to stop ``user``'s server (``""`` = default); ``False`` if not running.
+
+        ``let_spawn_answer_s``: a server still being spawned is stopped only once its spawn
+        is that old (or over): JupyterHub interrupts a pending spawn it is asked to stop and
+        answers the spawn's own request 500; after ``slow_spawn_timeout`` (10 s) that request
+        has been answered 202 already."""
+        if let_spawn_answer_s > 0:
+            await self._let_spawn_answer(user, server, let_spawn_answer_s)
         path = f"/users/{quote(user, safe='')}/server"
         if server:
             path = f"/users/{quote(user, safe='')}/servers/{quote(server, safe='')}"
         code, _ = await self._call("DELETE", path)
         log.info("asked the hub to stop %s/%s: %s", user, server, code)
         return code in (202, 204)
+
+    async def _let_spawn_answer(self, user: str, server: str, after_s: float) -> None:
+        """Wait while ``user``'s ``server`` is being spawned and its spawn is younger than
+        ``after_s`` (polling the hub every half second; at most ``after_s`` in all)."""
+        deadline = time.monotonic() + after_s
+        while time.monotonic() < deadline:
+            model = await self.get_user(user)
+            srv = ((model or {}).get("servers") or {}).get(server)
+            if not srv or srv.get("pending") != "spawn":
+                return
+            started = _epoch(srv.get("started"))
+            if started is not None and time.time() - started >= after_s:
+                return
+            await asyncio.sleep(0.5)
+
+
+def _epoch(iso: Any) -> float | None:
+    """Seconds since the epoch of the hub's ISO 8601 time (``None`` if absent or unreadable)."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger("gpushare.broker.preempt")
+SPAWN_ANSWER_S = 10.0
+"""A victim's server still being spawned is stopped once its spawn is this old: JupyterHub's
+``slow_spawn_timeout`` (10 s), after which the spawn's request has been answered (202); a
+stop before then makes the hub answer that request 500 (found by the soak harness)."""
 
 
 class BatchBackend(LoggingConfigurable):
@@ -158,7 +162,9 @@ class PreemptionRunner:
             try:
                 if grant.request.kind is Kind.INTERACTIVE:
                     if self.hub is not None:
-                        await self.hub.stop_server(grant.user, grant.request.holder)
+                        await self.hub.stop_server(
+                            grant.user, grant.request.holder, let_spawn_answer_s=SPAWN_ANSWER_S
+                        )
                 else:
                     await self.backend.preempt(grant, reason)
             except (HubError, OSError) as exc:
