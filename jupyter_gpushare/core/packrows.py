@@ -11,9 +11,8 @@ for a CPU-only request (a :class:`.roomtree.RoomTree`).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import compress
 
 from .model import UNIT
 from .roomtree import RoomTree
@@ -69,10 +68,6 @@ def head_row(view: NodeView) -> Row:
     if row is None:
         row = view.head = row_of(view)
     return row
-
-
-_FLAGS = bytes.maketrans(b"01", b"\x00\x01")
-"""The digits of a bit string as bytes 0 and 1 (for :func:`itertools.compress`)."""
 
 
 def _position(row: Row) -> int:
@@ -160,29 +155,27 @@ class RowTable:
         low.sort(key=_position)
         return low
 
-    def rows_for(self, milli: int, cpu: int, heads: list[NodeView]) -> list[Row]:
+    def rows_for(self, milli: int, cpu: int, heads: list[NodeView]) -> Iterator[Row]:
         """The rows worth scoring for a request needing ``milli`` on its GPUs and ``cpu``, in
         position order: used nodes in a bucket big enough and with about enough free CPU
         (at least the ``CPU_STEPS`` step below ``cpu``), and ``heads`` (untouched nodes,
-        which are not filed). Picked out of ``row_at`` by the bits set, in C: a full scan
-        reads thousands of rows, and a Python step per row cost as much as scoring it."""
+        which are not filed)."""
         bits = 0
         for bucket in self.bits[min(milli, UNIT) // BUCKET :]:
             bits |= bucket
         step = bisect_right(CPU_STEPS, cpu)
         if step:
             bits &= self.cpu_bits[step - 1]
+        at = {v.pos: v for v in heads}
+        for pos in at:
+            bits |= 1 << pos
+        flags = bin(bits)[:1:-1]  # flags[pos] == "1": a row to read
         row_at = self.row_at
-        for view in heads:
-            bits |= 1 << view.pos
-        stand_in = [v for v in heads if row_at[v.pos] is None]
-        for view in stand_in:  # (an untouched node's row stands in while the rows are read)
-            row_at[view.pos] = head_row(view)
-        flags = bin(bits)[:1:-1].encode().translate(_FLAGS)  # flags[pos] == 1: a row to read
-        rows: list[Row] = list(compress(row_at, flags))  # type: ignore[arg-type]
-        for view in stand_in:
-            row_at[view.pos] = None
-        return rows
+        pos = flags.find("1")
+        while pos >= 0:
+            row = row_at[pos]
+            yield row if row is not None else head_row(at[pos])
+            pos = flags.find("1", pos + 1)
 
     def changed_rows(self, changed: Iterable[int], milli: int) -> list[Row]:
         """The rows of the ``changed`` positions in a bucket big enough for ``milli``."""
