@@ -131,13 +131,13 @@ class HubClient:
             srv = ((model or {}).get("servers") or {}).get(server)
             if not srv or srv.get("pending") != "spawn":
                 return
-            started = _epoch(srv.get("started"))
+            started = hub_time(srv.get("started"))
             if started is not None and time.time() - started >= after_s:
                 return
             await asyncio.sleep(0.5)
 
 
-def _epoch(iso: Any) -> float | None:
+def hub_time(iso: Any) -> float | None:
     """Seconds since the epoch of the hub's ISO 8601 time (``None`` if absent or unreadable)."""
     if not isinstance(iso, str):
         return None

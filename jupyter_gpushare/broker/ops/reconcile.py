@@ -34,7 +34,7 @@ from traitlets.config import LoggingConfigurable
 
 from ...core.grant_end import EndKind, GrantEnd
 from ...core.model import Grant, Kind
-from ..hubclient import HubError
+from ..hubclient import HubError, hub_time
 
 if TYPE_CHECKING:
     from ..service.broker import Broker
@@ -139,7 +139,7 @@ class HubHolderChecker(HolderChecker):
             for name, server in (model.get("servers") or {}).items():
                 if not isinstance(server, dict) or server.get("pending") or not server.get("ready"):
                     continue  # starting or stopping: the spawner is at work
-                started = _epoch(server.get("started"))
+                started = hub_time(server.get("started"))
                 if started is not None and now - started < min_age_s:
                     continue
                 slug = (server.get("user_options") or {}).get("profile")
@@ -164,17 +164,6 @@ class HubHolderChecker(HolderChecker):
                 )
                 found.append(entry)
         return found
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 async def reconcile(
