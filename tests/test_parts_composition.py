@@ -141,6 +141,13 @@ def self_reads(node: ast.ClassDef) -> set[str]:
 
 @pytest.mark.parametrize("part", PARTS, ids=lambda c: c.__name__)
 def test_no_part_reaches_into_its_owner(part: type) -> None:
+    owners = {o.__name__ for o, (_, parts) in OWNERS.items() if part in parts.values()}
+    assert_reads_only_what_it_is_handed(part, owners)
+
+
+def assert_reads_only_what_it_is_handed(part: type, owners: set[str]) -> None:
+    """``part`` is handed what it reads in its ``__init__`` (never one of ``owners``) and
+    declares none of its owner's attributes or methods."""
     node = class_node(part)
     assert any(isinstance(i, ast.FunctionDef) and i.name == "__init__" for i in node.body), (
         f"{part.__name__} is handed nothing: a mixin"
@@ -153,7 +160,6 @@ def test_no_part_reaches_into_its_owner(part: type) -> None:
     assert not stubs, f"{part.__name__} declares its owner's methods"
     foreign = self_reads(node) - own_names(node)
     assert not foreign, f"{part.__name__} reads what it was not handed: {sorted(foreign)}"
-    owners = {o.__name__ for o, (_, parts) in OWNERS.items() if part in parts.values()}
     handed = inspect.signature(part.__init__).parameters.values()
     assert not [p.name for p in handed if str(p.annotation) in owners], "handed its owner"
 

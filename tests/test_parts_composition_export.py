@@ -15,14 +15,15 @@
 
 from __future__ import annotations
 
-import ast
-import inspect
 from pathlib import Path
 
 import pytest
 from corefactory import policy as small_policy
 from corefactory import request
-from test_parts_composition import class_node, own_names, project_classes, self_reads
+from test_parts_composition import (
+    assert_reads_only_what_it_is_handed,
+    project_classes,
+)
 
 from jupyter_gpushare.core.admission import Outcome
 from jupyter_gpushare.core.model import GPUAsk, Kind, Policy, Request
@@ -68,21 +69,8 @@ def test_no_part_inherits_from_a_class_of_the_project(part: type) -> None:
 
 @pytest.mark.parametrize("part", PARTS, ids=lambda c: c.__name__)
 def test_no_part_reaches_into_its_owner(part: type) -> None:
-    node = class_node(part)
-    assert any(isinstance(i, ast.FunctionDef) and i.name == "__init__" for i in node.body), (
-        f"{part.__name__} is handed nothing: a mixin"
-    )
-    declared_only = [
-        ast.unparse(i.target) for i in node.body if isinstance(i, ast.AnnAssign) and i.value is None
-    ]
-    assert not declared_only, f"{part.__name__} declares its owner's attributes: {declared_only}"
-    stubs = [i for i in node.body if isinstance(i, ast.If)]  # `if TYPE_CHECKING:` stubs
-    assert not stubs, f"{part.__name__} declares its owner's methods"
-    foreign = self_reads(node) - own_names(node)
-    assert not foreign, f"{part.__name__} reads what it was not handed: {sorted(foreign)}"
     owners = {o.__name__ for o, parts in OWNERS.items() if part in parts.values()}
-    handed = inspect.signature(part.__init__).parameters.values()
-    assert not [p.name for p in handed if str(p.annotation) in owners], "handed its owner"
+    assert_reads_only_what_it_is_handed(part, owners)
 
 
 # -- the owners hold their parts -----------------------------------------------------------
