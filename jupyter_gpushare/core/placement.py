@@ -79,9 +79,8 @@ class _Index:
         if state.version == self.version:
             return
         touched = state.changed_since(self.version)
-        if touched is None:
-            touched = set(self.node_pool)
-        for name in touched:
+        # in a defined order (not a set's): the refreshes stamp the nodes and intern signatures
+        for name in self.node_pool if touched is None else sorted(touched):
             pool = self.node_pool[name]
             pidx = self.pools.get(pool)
             if pidx is not None:

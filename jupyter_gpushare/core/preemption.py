@@ -110,7 +110,8 @@ def plan_preemption(
     """The plan that frees room for ``request`` losing the least work, or ``None``.
 
     Grants already being preempted *for this request* count as gone; grants being
-    preempted for another request are left to that request.
+    preempted for another request are left to that request. Between plans that lose the
+    same work with as many victims, the node whose name sorts first wins.
     """
     by_node: dict[str, list[Grant]] = {}
     pending: dict[str, list[Grant]] = {}
@@ -121,7 +122,7 @@ def plan_preemption(
         elif target is None and is_candidate(grant, request, request_priority):
             by_node.setdefault(grant.placement.node, []).append(grant)
     best: PreemptionPlan | None = None
-    for name in set(by_node) | set(pending):
+    for name in sorted(by_node.keys() | pending.keys()):  # ties: the first node by name
         plan = _plan_on_node(
             state.nodes[name], by_node.get(name, []), pending.get(name, []), request, now
         )
