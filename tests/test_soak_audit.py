@@ -479,12 +479,14 @@ def test_the_schedule_of_chosen_kinds_holds_only_those_and_names_an_unknown_one(
     from soak.faults import KINDS, schedule
 
     everything = schedule(7, 30, 25)
-    # the first round has each kind once; SQLite's database fault is a lock
-    assert {p.kind for p in everything} == set(KINDS) - {"db_stopped"}
-    on_pg = {p.kind for p in schedule(7, 30, 25, db="postgresql")}
+    # the first round has each kind once; SQLite's database fault is a lock; no Slurm here
+    assert {p.kind for p in everything} == set(KINDS) - {"db_stopped", "slurm_node_kill9"}
+    on_pg = {p.kind for p in schedule(7, 30, 25, db="postgresql", slurm=True)}
     assert on_pg == set(KINDS) - {"db_locked"}  # PostgreSQL's is a stop and a start
     with pytest.raises(ValueError, match="unknown kind db_locked with --db postgresql"):
         schedule(7, 30, 25, ["db_locked"], db="postgresql")
+    with pytest.raises(ValueError, match="unknown kind slurm_node_kill9 with --db sqlite"):
+        schedule(7, 30, 25, ["slurm_node_kill9"])
     hubs = schedule(7, 30, 25, ["hub_kill9", "hub_term"])
     assert {p.kind for p in hubs} == {"hub_kill9", "hub_term"}
     assert len(hubs) == pytest.approx(len(everything), abs=len(everything) // 4)
