@@ -93,11 +93,16 @@ def test_ended_jobs_read_the_same_exit_codes_signals_and_states(
     jobs = {name: read.commands.show_job(sid) for name, sid in ended.items()}
     got = {name: (j.name, j.state, j.exit_code, j.signal, j.nodes) for name, j in jobs.items()
            if j is not None}
+    cancelled = got.pop("cancelled", None)
     assert got == {
         "exit3": ("exit3", "FAILED", 3, 0, NODES[0]),
         "killed": ("killed", "FAILED", 0, 9, NODES[0]),
-        "cancelled": ("cancelled", "CANCELLED", 0, 15, NODES[0]),
     }
+    # scancel sends SIGTERM: Slurm records the signal (0:15) when it ends the script, or the
+    # script's own exit status 143 (128 + 15) when bash exits on it first (seen under CI's
+    # load); either is the cancel, read the same by both readers (the next test)
+    assert cancelled in {("cancelled", "CANCELLED", 0, 15, NODES[0]),
+                         ("cancelled", "CANCELLED", 143, 0, NODES[0])}, cancelled
     assert all(j is not None and j.start and j.end and j.end >= j.start for j in jobs.values())
     assert read.state_reader == fmt
 
