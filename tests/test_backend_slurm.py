@@ -101,6 +101,11 @@ def slurm_names(cluster: SlurmCluster) -> list[str]:
     return out.split()
 
 
+def job_log_of(app: Any, job_id: str) -> str:
+    """The end of a job's log as the backend reads it, for a failure's message."""
+    return app.jobs.backend.read_log(job_id)[0][-3000:].decode(errors="replace")
+
+
 def job_log(tmp_path: Path, job_id: str) -> str:
     """The end of a job's log (what Slurm's job wrote), for a failure's message."""
     path = tmp_path / "jobs" / job_id / "log.txt"
@@ -196,7 +201,8 @@ async def test_cancel_preemption_requeue_and_resume_on_slurm(
     assert status == 201
     await wait_state(app, "tok-bob", counter["id"], {"queued"}, timeout=90)
     done_alice = await wait_state(app, "tok-alice", reclaim["id"], {"succeeded", "failed"})
-    assert done_alice["state"] == "succeeded", done_alice
+    assert done_alice["state"] == "succeeded", (done_alice.get("reason"), done_alice.get("error"),
+                                                job_log_of(app, reclaim["id"]))
     status, _ = await call(app, "DELETE", f"/jobs/{long_job['id']}", "tok-bob")
     assert status == 200
     gone = await wait_state(app, "tok-bob", long_job["id"], {"cancelled", "failed"})

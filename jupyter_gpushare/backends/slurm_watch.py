@@ -103,7 +103,13 @@ class SlurmWatch:
         try:
             launched, result = self._read_attempt(handle)
             job = self.slurm_job(handle) if launched else None
-            if job is not None and not job.alive and result is None:
+            if job is None and launched and result is None:
+                # not in a listing that may be older than the job itself (taken before its
+                # sbatch): ask slurmctld again before calling it gone
+                job = self.slurm_job(handle, fresh=True)
+            if job is None and launched and result is None or (
+                job is not None and not job.alive and result is None
+            ):
                 _, result = self._read_attempt(handle)  # written just as the job ended
         except UnsafeFile as exc:  # the job swapped its attempt folder or status file
             job = self.slurm_job(handle)
