@@ -410,6 +410,21 @@ def test_a_stop_asked_before_the_announcement_and_ending_in_the_grace_is_letting
     assert audit(h).violations == []
 
 
+def test_a_server_killed_by_a_fault_during_the_grace_is_its_holder_gone() -> None:
+    """CI soak seed 884206: a fault killed the preempted server 0.5 s before the deadline;
+    the spawner released its grant then (recorded as the preemption)."""
+    h = clean()
+    preempted_before_its_grace(h)  # announced at T0 + 498, released at T0 + 500
+    h.record("fault", t=T0 + 499.5, fault="server_kill9", target="server of alice pid 4242",
+             hold_s=3.0, recovered_s=1.9)
+    assert audit(h).violations == []
+    h = clean()
+    preempted_before_its_grace(h)
+    h.record("fault", t=T0 + 499.5, fault="server_kill9", target="server of bob pid 4242",
+             hold_s=3.0, recovered_s=1.9)  # another user's server: not this grant's holder
+    assert [v.check for v in audit(h).violations] == ["preemption_notice"]
+
+
 def test_a_stop_of_an_earlier_server_is_not_letting_go_of_this_grant() -> None:
     h = clean()
     preempted_before_its_grace(h)

@@ -349,13 +349,22 @@ def check_preemption_notice(h: History) -> tuple[int, list[Violation]]:
 def _holder_let_go(h: History, g: dict[str, Any], released: float, tol: float) -> bool:
     """Whether the holder itself let go (the broker then records the end as the
     preemption): a job is told at the announcement and may stop early; a client released
-    the grant; or the user stopped the server the grant was for, a stop asked for during
-    the grant's life (also one asked for before the announcement and still under way)."""
+    the grant; the user stopped the server the grant was for, a stop asked for during the
+    grant's life (also one asked for before the announcement and still under way); or a
+    fault killed that server during the grant's life."""
     if g["kind"] == "batch":
         return True
     stop_path = f"/users/{g['username']}/server"
     granted = float(g["granted_at"])
     for e in h.events:
+        if (  # the server was killed (a fault) during the grant: its holder is gone
+            e["kind"] == "fault"
+            and e.get("fault") in ("server_kill9", "server_term")
+            and g["server"] == ""
+            and str(e.get("target", "")).startswith(f"server of {g['username']} pid ")
+            and granted - tol <= float(e["t"]) <= released + tol
+        ):
+            return True
         if e["kind"] != "call" or float(e["t"]) > released + tol:
             continue
         if e.get("released") == g["id"]:
