@@ -1,4 +1,5 @@
 import gc
+import logging
 import os
 import sys
 
@@ -24,3 +25,10 @@ if __name__ == "__main__":
         if not sys.stdin.buffer.read(1):
             sys.exit(0)
     main()
+    # it stopped cleanly: every write is committed and the database closed. Leave without
+    # the interpreter's teardown of every module (~0.3 s of CPU) that would keep the next
+    # broker (its supervisor's restart after a SIGTERM) from starting
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

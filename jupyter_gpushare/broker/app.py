@@ -37,7 +37,8 @@ from .hubclient import HubClient
 from .jobs.runner import JobManager, JobsBatchBackend
 from .ops.culler import GPUCuller
 from .ops.gcpace import CollectorPacer
-from .ops.lifetime import Lifetime, tell_supervisor_ready
+from .ops.handoff import listening_sockets, tell_supervisor_ready
+from .ops.lifetime import Lifetime
 from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile
 from .ops.reload import PolicyReloader
@@ -432,7 +433,7 @@ class BrokerApp(Application):
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
         self.lifetime.write_pid_file()
-        tell_supervisor_ready()
+        tell_supervisor_ready(self.sockets)
         self._tasks: set[asyncio.Task[Any]] = set()
         self.retention = RequestRetention(self.broker)  # old request rows (broker/ops/retention.py)
         self._tasks.add(asyncio.ensure_future(self.retention.run()))
@@ -448,13 +449,15 @@ class BrokerApp(Application):
     # -- lifecycle next to the hub (see broker/ops/supervisor.py) --------------------------------
 
     async def _listen(self) -> None:
-        """Listen on the port; while another process holds it, stop a stale broker named in
-        the pid file (one whose hub is gone) and wait up to ``port_wait_s``."""
+        """Listen on the sockets the supervisor keeps (:mod:`.ops.handoff`), else on the port;
+        while another process holds it, stop a stale broker named in the pid file (one whose
+        hub is gone) and wait up to ``port_wait_s``."""
         deadline = time.monotonic() + self.port_wait_s
         took_over = False
         while True:
             try:
-                self.server.listen(self.port, self.ip)
+                self.sockets, _handed_down = listening_sockets(self.port, self.ip)
+                self.server.add_sockets(self.sockets)
                 return
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:

@@ -1,8 +1,9 @@
 """The broker's life next to its hub: the pid file, taking the port over from a stale broker,
-telling the supervisor it serves, lingering through the hub's shutdown, and when to stop.
+lingering through the hub's shutdown, and when to stop.
 
-The supervisor (:mod:`.supervisor`) starts the broker with ``$GPUSHARE_HUB_PID``,
-``$GPUSHARE_SUPERVISOR_PID`` and ``$GPUSHARE_READY_FD``; :class:`Lifetime` reads them.
+The supervisor (:mod:`.supervisor`) starts the broker with ``$GPUSHARE_HUB_PID`` and
+``$GPUSHARE_SUPERVISOR_PID``; :class:`Lifetime` reads them (telling the supervisor it serves,
+and the sockets it listens on: :mod:`.handoff`).
 """
 
 from __future__ import annotations
@@ -25,18 +26,6 @@ def watched_pid(name: str) -> int:
         return int(os.environ.get(name) or 0)
     except ValueError:
         return 0
-
-
-def tell_supervisor_ready() -> None:
-    """One byte on the supervisor's ready pipe (``$GPUSHARE_READY_FD``): this broker serves, so
-    the supervisor replaces it at once should it die."""
-    fd = os.environ.pop("GPUSHARE_READY_FD", "")
-    if not fd.isdigit():
-        return
-    with contextlib.suppress(OSError):
-        os.write(int(fd), b"r")
-    with contextlib.suppress(OSError):
-        os.close(int(fd))
 
 
 @dataclass

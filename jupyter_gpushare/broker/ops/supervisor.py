@@ -37,17 +37,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
+from .handoff import LISTEN_FDS_ENV, READY_FD_ENV, read_ready
+
 RESTART_DELAY_S = 0.1  # first delay after a broker that died before it served
 MAX_RESTART_DELAY_S = 5.0
 STABLE_AFTER_S = 10.0  # a broker that ran this long counts as having served
-POLL_S = 0.05
-READY_FD_ENV = "GPUSHARE_READY_FD"
+POLL_S = 0.05  # how often the hub's life and the ready channel are looked at
 
 
 def alive(pid: int) -> bool:
@@ -70,8 +73,13 @@ def alive(pid: int) -> bool:
 class Supervisor:
     """Run the broker, restart it when it dies, hand over on shutdown (module docstring)."""
 
-    def __init__(self, broker_args: Sequence[str], hub_pid: int | None = None,
-                 standby: bool = True, external: bool = False) -> None:
+    def __init__(
+        self,
+        broker_args: Sequence[str],
+        hub_pid: int | None = None,
+        standby: bool = True,
+        external: bool = False,
+    ) -> None:
         self.command = [sys.executable, "-m", "jupyter_gpushare.broker", *broker_args]
         self.external = external  # outside the hub: no hub to watch or to linger for
         self.hub_pid = 0 if external else os.getppid() if hub_pid is None else hub_pid
@@ -80,7 +88,9 @@ class Supervisor:
         self.standby: subprocess.Popen[bytes] | None = None
         self.stopping: int | None = None  # the signal that asked us to stop
         self.restarts = 0
-        self._ready: dict[int, int] = {}  # child pid -> read end of its ready pipe
+        self._ready: dict[int, socket.socket] = {}  # child pid -> our end of its ready channel
+        self.listen_fds: list[int] = []  # the broker's listening sockets, kept (.handoff)
+        self._wake_r, self._wake_w = -1, -1  # a signal's wake-up (signal.set_wakeup_fd)
         self._served: set[int] = set()  # child pids that said they serve
         self._started = 0.0  # when the running broker was started (monotonic)
 
@@ -88,50 +98,81 @@ class Supervisor:
         self.stopping = signum
 
     def _spawn(self, standby: bool = False) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, GPUSHARE_HUB_PID=str(self.hub_pid or ""),
-                   GPUSHARE_SUPERVISOR_PID=str(os.getpid()))
+        env = dict(
+            os.environ,
+            GPUSHARE_HUB_PID=str(self.hub_pid or ""),
+            GPUSHARE_SUPERVISOR_PID=str(os.getpid()),
+        )
         if standby:
             env["GPUSHARE_STANDBY"] = "1"
-        read, write = os.pipe()  # the broker writes one byte once it listens
-        os.set_blocking(read, False)
-        env[READY_FD_ENV] = str(write)
+        if self.listen_fds:  # it serves on the sockets we keep (.handoff)
+            env[LISTEN_FDS_ENV] = ",".join(map(str, self.listen_fds))
+        # the broker sends one byte once it listens (and its sockets, if it bound them)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setblocking(False)
+        env[READY_FD_ENV] = str(theirs.fileno())
         try:
             # its own session: the hub's signals to us (and a kill of our group) do not
             # reach it
-            child = subprocess.Popen(self.command, env=env, start_new_session=True,
-                                     stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
-                                     pass_fds=(write,))
+            child = subprocess.Popen(
+                self.command,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.PIPE if standby else subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(), *self.listen_fds),
+            )
         except BaseException:
-            os.close(read)
+            ours.close()
             raise
         finally:
-            os.close(write)
-        self._ready[child.pid] = read
+            theirs.close()
+        self._ready[child.pid] = ours
         return child
 
     def served(self, child: subprocess.Popen[bytes]) -> bool:
         """Whether ``child`` said on its ready pipe that it listens (alive or not since)."""
         if child.pid in self._served:
             return True
-        fd = self._ready.get(child.pid)
-        if fd is None:
+        channel = self._ready.get(child.pid)
+        if channel is None:
             return False
-        try:
-            said = os.read(fd, 1)
-        except BlockingIOError:
+        heard = read_ready(channel)
+        if heard is None:
             return False
-        except OSError:
-            said = b""
+        said, fds = heard
+        self._keep_listening(fds)
         self._forget(child)
         if said:
             self._served.add(child.pid)
         return bool(said)
 
+    def _keep_listening(self, fds: list[int]) -> None:
+        """Keep the first broker's listening sockets for the next ones (close any others)."""
+        if self.listen_fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        else:
+            self.listen_fds = fds
+
     def _forget(self, child: subprocess.Popen[bytes]) -> None:
-        fd = self._ready.pop(child.pid, None)
-        if fd is not None:
+        channel = self._ready.pop(child.pid, None)
+        if channel is not None:
+            channel.close()
+
+    def _wait(self, child: subprocess.Popen[bytes], pidfd: int) -> None:
+        """Up to POLL_S, and less when ``child`` exits, says it serves, or a signal comes."""
+        watch = [fd for fd in (pidfd, self._wake_r) if fd >= 0]
+        channel = self._ready.get(child.pid)
+        if channel is not None:
+            watch.append(channel.fileno())
+        if not watch:
+            time.sleep(POLL_S)
+            return
+        select.select(watch, [], [], POLL_S)
+        if self._wake_r >= 0:
             with contextlib.suppress(OSError):
-                os.close(fd)
+                os.read(self._wake_r, 64)
 
     def _next_broker(self) -> subprocess.Popen[bytes]:
         """The warm standby, told to start (it has imported everything), else a new one
@@ -169,28 +210,47 @@ class Supervisor:
                 standby.wait(5)
             self._forget(standby)
 
-    def run(self) -> int:
+    def _wake_on_signals(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(self._wake_w)
+
+    def run(self) -> int:
+        self._wake_on_signals()
         delay = 0.0
         while True:
             started = self._started = time.monotonic()
             self.child = self._next_broker()
-            while self.child.poll() is None and self.stopping is None and self.hub_alive():
-                self._standby_when_served()
-                time.sleep(POLL_S)
+            pidfd = pid_fd(self.child.pid)
+            try:
+                while self.child.poll() is None and self.stopping is None and self.hub_alive():
+                    self._standby_when_served()
+                    self._wait(self.child, pidfd)
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
             if self.stopping is not None and self.external:  # asked to stop: so does it
-                print(f"gpushare supervisor: signal {self.stopping}; stopping the broker "
-                      f"(pid {self.child.pid})", file=sys.stderr, flush=True)
+                print(
+                    f"gpushare supervisor: signal {self.stopping}; stopping the broker "
+                    f"(pid {self.child.pid})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self._drop_standby()
                 self._stop_child(timeout=30.0)
                 return 0
             if self.stopping is not None:  # the hub stops its services: hand over and go
                 if self.child.poll() is None:
                     self.child.send_signal(signal.SIGUSR1)
-                print(f"gpushare supervisor: signal {self.stopping}; the broker (pid "
-                      f"{self.child.pid}) serves until the hub (pid {self.hub_pid}) is gone",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"gpushare supervisor: signal {self.stopping}; the broker (pid "
+                    f"{self.child.pid}) serves until the hub (pid {self.hub_pid}) is gone",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self._drop_standby()
                 return 0
             if not self.hub_alive():  # the hub died under us: so does the broker
@@ -203,8 +263,12 @@ class Supervisor:
             self._forget(self.child)
             self._served.discard(self.child.pid)
             self.restarts += 1
-            print(f"gpushare supervisor: the broker exited with {code} after {ran:.1f}s; "
-                  f"restart {self.restarts} in {delay:.1f}s", file=sys.stderr, flush=True)
+            print(
+                f"gpushare supervisor: the broker exited with {code} after {ran:.1f}s; "
+                f"restart {self.restarts} in {delay:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(delay)
 
     def hub_alive(self) -> bool:
@@ -221,6 +285,15 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait(5)
+
+
+def pid_fd(pid: int) -> int:
+    """A file descriptor that turns readable when process ``pid`` exits (Linux 5.3+), else -1
+    (then the supervisor notices within POLL_S)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -1
 
 
 def restart_delay(served: bool, last: float) -> float:
