@@ -2,7 +2,7 @@
 them back in service.
 
 A backend that reports a run lost with its node (``RunStatus.node_failed``, e.g. Slurm's
-``NODE_FAIL``) makes the job loop drain that node (:meth:`JobManager._node_failed`), with
+``NODE_FAIL``) makes the job loop drain that node (:meth:`~.outcome.JobOutcomes._node_failed`), with
 the reason in the node's ``broker_drain`` column of ``gpushare_nodes``. This remembers each
 node the loop drained so, with the ``updated_at`` its drain wrote. While any wait, it asks
 the backend every ``backend.node_return_interval_s`` which of them are back
@@ -52,9 +52,9 @@ class NodeReturn:
     def _row(self, node: str) -> Any:
         with self.broker.engine.connect() as conn:
             return conn.execute(
-                select(nodes_table.c.cordoned, nodes_table.c.updated_at,
-                       nodes_table.c.broker_drain)
-                .where(nodes_table.c.name == node)
+                select(
+                    nodes_table.c.cordoned, nodes_table.c.updated_at, nodes_table.c.broker_drain
+                ).where(nodes_table.c.name == node)
             ).first()
 
     @staticmethod
@@ -72,18 +72,25 @@ class NodeReturn:
         """On start: the nodes the broker drained before (still drained, with their
         ``broker_drain``, in the policy) wait for the engine again; returns them."""
         with self.broker.engine.connect() as conn:
-            rows = list(conn.execute(
-                select(nodes_table.c.name, nodes_table.c.updated_at, nodes_table.c.broker_drain)
-                .where(nodes_table.c.cordoned, nodes_table.c.broker_drain.is_not(None))
-            ))
+            rows = list(
+                conn.execute(
+                    select(
+                        nodes_table.c.name, nodes_table.c.updated_at, nodes_table.c.broker_drain
+                    ).where(nodes_table.c.cordoned, nodes_table.c.broker_drain.is_not(None))
+                )
+            )
         found = []
         for row in rows:
             if row.name in self.broker.state.nodes:
                 self._drained[row.name] = float(row.updated_at)
                 found.append(row.name)
-                log.warning("node %s: drained by the broker before its restart (%s); resumed "
-                            "once the %s backend has it back", row.name, row.broker_drain,
-                            self.backend.name)
+                log.warning(
+                    "node %s: drained by the broker before its restart (%s); resumed "
+                    "once the %s backend has it back",
+                    row.name,
+                    row.broker_drain,
+                    self.backend.name,
+                )
         return found
 
     def due(self) -> bool:
@@ -96,8 +103,9 @@ class NodeReturn:
         try:
             back = set(await call(self.backend.nodes_in_service, self.waiting))
         except Exception as exc:  # noqa: BLE001 - asked again next time
-            log.warning("could not ask the %s backend about drained nodes: %s",
-                        self.backend.name, exc)
+            log.warning(
+                "could not ask the %s backend about drained nodes: %s", self.backend.name, exc
+            )
             back = set()
         finally:
             self._busy = False
@@ -107,8 +115,11 @@ class NodeReturn:
             row = self._row(node)
             if not self._ours(row) or float(row.updated_at) != stamp:
                 del self._drained[node]  # an admin resumed or drained it since: theirs
-                log.info("node %s: drained or resumed by an admin since the broker drained "
-                         "it; left to the admin", node)
+                log.info(
+                    "node %s: drained or resumed by an admin since the broker drained "
+                    "it; left to the admin",
+                    node,
+                )
                 continue
             if node not in back:
                 continue
@@ -118,7 +129,11 @@ class NodeReturn:
             except BrokerError as exc:  # no longer in the policy
                 log.info("node %s not resumed: %s", node, exc)
                 continue
-            log.warning("node %s resumed: the %s backend has it back in service (the broker "
-                        "had drained it after a run was lost with it)", node, self.backend.name)
+            log.warning(
+                "node %s resumed: the %s backend has it back in service (the broker "
+                "had drained it after a run was lost with it)",
+                node,
+                self.backend.name,
+            )
             resumed.append(node)
         return resumed

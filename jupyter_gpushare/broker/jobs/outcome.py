@@ -1,6 +1,6 @@
 """How a batch job's run ends in the broker: its outcome, its grant, and asking again.
 
-:class:`JobOutcomes` is the part of :class:`~.job_runner.JobManager` that writes what
+:class:`JobOutcomes` is the part of :class:`~.runner.JobManager` that writes what
 happened once a run is over, or once its grant is gone:
 
 * :meth:`~JobOutcomes.settle`: a run ended; its grant is released and the job's final
@@ -12,7 +12,8 @@ happened once a run is over, or once its grant is gone:
   fails after ``max_attempts``;
 * asking again is a new batch request with the same spec.
 
-The loop that drives runs (start, poll, signal, cancel, restart) is in :mod:`.job_runner`.
+The loop that drives runs is in :mod:`.runner` (starting them: :mod:`.start`; polling,
+signalling and killing them: :mod:`.watch`; restart: :mod:`.recovery`).
 """
 
 from __future__ import annotations
@@ -54,8 +55,11 @@ class JobOutcomes(JobSettings):
             return
         over = bool(job.handle and job.handle.get("over_runtime"))
         bound = str((job.handle or {}).get("over_bound") or "")
-        state = final_state(status.exit_code if status.finished else None,
-                            job.preempt_signalled or status.preempted, job.cancel_requested)
+        state = final_state(
+            status.exit_code if status.finished else None,
+            job.preempt_signalled or status.preempted,
+            job.cancel_requested,
+        )
         error = status.error
         if bound and not job.cancel_requested:  # over max_log_bytes or max_output_bytes
             state = JobState.FAILED
@@ -70,19 +74,26 @@ class JobOutcomes(JobSettings):
         elif state is JobState.CANCELLED:
             reason = "cancelled"
         elif state is JobState.PREEMPTED:
-            reason = "preempted: " + (self._release_reason(job.grant_id) or status.reason
-                                      or "its grant was reclaimed")
+            reason = "preempted: " + (
+                self.release_reason(job.grant_id) or status.reason or "its grant was reclaimed"
+            )
         elif status.finished:
             reason = (error or {}).get("summary") or f"failed (exit code {status.exit_code})"
         else:  # no result: the backend's reason where it has one (e.g. Slurm NODE_FAIL)
             reason = (error or {}).get("summary") or (
-                f"its process ended without a result (exit code {status.exit_code})")
+                f"its process ended without a result (exit code {status.exit_code})"
+            )
             error = error or {"summary": reason}
         hours = self.release_grant(
             job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED
         )
         self.store.transition(
-            job, state, reason, error=error, gpu_hours=job.gpu_hours + hours, grant_id=None,
+            job,
+            state,
+            reason,
+            error=error,
+            gpu_hours=job.gpu_hours + hours,
+            grant_id=None,
         )
         if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
             for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
@@ -105,13 +116,24 @@ class JobOutcomes(JobSettings):
             job, f"job's node {node} failed", drain=drain and not checkpoints
         )
         if checkpoints:
-            self.store.note(job, f"{why}; node {node} drained", grant_id=None,
-                            gpu_hours=job.gpu_hours + hours)
-            self.ask_again(job, job.attempt + 1, f"requeued after node {node} failed "
-                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
+            self.store.note(
+                job, f"{why}; node {node} drained", grant_id=None, gpu_hours=job.gpu_hours + hours
+            )
+            self.ask_again(
+                job,
+                job.attempt + 1,
+                f"requeued after node {node} failed "
+                f"(attempt {job.attempt + 1}); resumes from its checkpoint dir",
+            )
             return
-        self.store.transition(job, JobState.FAILED, why, error=status.error, grant_id=None,
-                              gpu_hours=job.gpu_hours + hours)
+        self.store.transition(
+            job,
+            JobState.FAILED,
+            why,
+            error=status.error,
+            grant_id=None,
+            gpu_hours=job.gpu_hours + hours,
+        )
         for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
             self.backend.forget(old)
 
@@ -126,15 +148,19 @@ class JobOutcomes(JobSettings):
             return 0.0
         with self.broker.engine.connect() as conn:
             row = conn.execute(
-                select(grants_table.c.units_milli, grants_table.c.granted_at,
-                       grants_table.c.released_at).where(grants_table.c.id == job.grant_id)
+                select(
+                    grants_table.c.units_milli,
+                    grants_table.c.granted_at,
+                    grants_table.c.released_at,
+                ).where(grants_table.c.id == job.grant_id)
             ).first()
         if row is None:
             return 0.0
         end = row.released_at if row.released_at is not None else now
         return row.units_milli / UNIT * max(0.0, end - row.granted_at) / 3600.0
 
-    def _release_reason(self, grant_id: str | None) -> str | None:
+    def release_reason(self, grant_id: str | None) -> str | None:
+        """Why the grant ended (or is being preempted): its notice, else its end record."""
         if not grant_id:
             return None
         info = self.broker.preempt_info.get(grant_id)
@@ -152,11 +178,17 @@ class JobOutcomes(JobSettings):
         if job.cancel_requested:
             self.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
         elif may_requeue(job.attempt, self.max_attempts):
-            self.ask_again(job, job.attempt + 1, f"requeued after preemption "
-                            f"(attempt {job.attempt + 1}); resumes from its checkpoint dir")
+            self.ask_again(
+                job,
+                job.attempt + 1,
+                f"requeued after preemption "
+                f"(attempt {job.attempt + 1}); resumes from its checkpoint dir",
+            )
         else:
             self.store.transition(
-                job, JobState.FAILED, f"preempted {job.attempt} times (max_attempts)",
+                job,
+                JobState.FAILED,
+                f"preempted {job.attempt} times (max_attempts)",
             )
 
     def ask_again(self, job: Job, attempt: int, reason: str) -> None:
@@ -164,7 +196,10 @@ class JobOutcomes(JobSettings):
         rid = new_id("r")
         spec = dict(job.request_spec, id=rid)
         changes: dict[str, Any] = dict(
-            request_id=rid, attempt=attempt, grant_id=None, handle=None,
+            request_id=rid,
+            attempt=attempt,
+            grant_id=None,
+            handle=None,
             preempt_signalled=False,
         )
         if job.state is JobState.QUEUED:

@@ -1,22 +1,24 @@
-"""The life of batch jobs in the broker: admission, the loop that drives the backend, restarts.
+"""The life of batch jobs in the broker: the loop that drives the backend, cancel, restarts.
 
 A job is admitted as a ``Kind.BATCH`` request through the same path as a server (one
 policy, one ledger); its grant lives exactly as long as its run:
 
-* **submit**: validate (:mod:`.job_submit`), ask the broker (:meth:`Broker.submit`); a
+* **submit**: validate (:mod:`.submit`), ask the broker (:meth:`Broker.submit`); a
   refusal stores no job; otherwise the job is written ``queued`` or ``admitted``;
 * **loop** (:meth:`JobManager.tick`, every ``poll_interval_s``): a queued job whose request
-  was granted becomes ``admitted``; an admitted one is started on the backend (``running``);
-  running ones are polled; a preemption notice on a job's grant sends SIGTERM at once, the
-  deadline SIGKILL (:class:`JobsBatchBackend`, called by the preemption runner); an ended
-  run releases its grant and settles the job; a preempted job is asked for again
-  (``queued``, attempt + 1) once its grant is gone, and resumes from its checkpoint dir;
+  was granted becomes ``admitted``; an admitted one is started on the backend (``running``)
+  (both: :mod:`.start`); running ones are polled; a preemption notice on a job's grant
+  sends SIGTERM at once, the deadline SIGKILL (:class:`JobsBatchBackend`, called by the
+  preemption runner) (all: :mod:`.watch`); an ended run releases its grant and settles the
+  job; a preempted job is asked for again (``queued``, attempt + 1) once its grant is gone,
+  and resumes from its checkpoint dir (both: :mod:`.outcome`); finished jobs are kept as
+  long as the retention settings say (:mod:`.retention`);
 * **restart** (:meth:`JobManager.recover`): runs still alive are reattached, runs that
   ended meanwhile are settled from their status file, the rest requeued or failed with a
-  reason (:func:`~jupyter_gpushare.core.jobs.restart_verdict`); nothing starts twice.
+  reason (:func:`~jupyter_gpushare.core.jobs.restart_verdict`, :mod:`.recovery`); nothing
+  starts twice.
 
-Backend calls (process start, polls, signals, file reads) run in a worker thread. What a
-run's end writes (outcome, grant release, node failure, requeue) is in :mod:`.job_outcome`.
+Backend calls (process start, polls, signals, file reads) run in a worker thread.
 """
 
 from __future__ import annotations
@@ -24,36 +26,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select
-
-from ...backends.base import JobBackend, RunHandle, RunSpec, RunStatus
-from ...core.jobs import TERMINAL, JobState
-from ...core.model import UNIT, Grant, Kind
-from ...userfiles import human_bytes
+from ...backends.base import JobBackend
+from ...core.jobs import JobState
+from ...core.model import Grant, Kind
 from ..service.preempt import BatchBackend
-from ..store.db import jobs_table
+from .busy import BusyJobs
 from .node_return import NodeReturn
 from .outcome import JobOutcomes
 from .recovery import recover
-from .spec import build_run_spec
+from .retention import TERMINAL_VALUES, JobRetention
+from .start import JobStarter
 from .store import Job, JobStore, handle_of
+from .watch import RunWatcher
 
 if TYPE_CHECKING:
     from ..service.broker import Broker
 
+__all__ = ["TERMINAL_VALUES", "JobManager", "JobsBatchBackend"]
+
 log = logging.getLogger("gpushare.broker.jobs")
 
-TERMINAL_VALUES = frozenset(s.value for s in TERMINAL)
 STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up waiting
 RETENTION_STOP_WAIT_S = 60.0  # how long stop() waits for a retention pass still in its thread
 
 
 class JobManager(JobOutcomes):
     """Owner of batch jobs: their store, their runs on the backend and their grants
-    (how a run's end is written: :class:`~.job_outcome.JobOutcomes`)."""
+    (how a run's end is written: :class:`~.outcome.JobOutcomes`; how a run starts:
+    :class:`~.start.JobStarter`; how running ones are watched: :class:`~.watch.RunWatcher`)."""
 
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -62,11 +64,13 @@ class JobManager(JobOutcomes):
         self.backend = backend if backend is not None else backend_class.create(self)
         self.store = JobStore(broker.engine, broker.clock)
         self.wake = asyncio.Event()
-        self._busy: set[str] = set()  # jobs with a backend call in flight
+        self.busy = BusyJobs()  # jobs with a backend call in flight
+        self.starter = JobStarter(self)
+        self.watcher = RunWatcher(self)
+        self.retainer = JobRetention(self)
         self._task: asyncio.Task[Any] | None = None
         self._retention_pass: asyncio.Future[Any] | None = None  # the pass in its thread
         self._stopping = False
-        self._real_gpus: bool | None = None
         self.node_return = NodeReturn(broker, self.backend)  # resumes what _node_failed drained
 
     # -- paths ------------------------------------------------------------------------------
@@ -135,37 +139,13 @@ class JobManager(JobOutcomes):
                 waiter.cancel()
 
     def retention(self, now: float) -> dict[str, list[str]]:
-        """The periodic retention pass (only finished jobs; never a queued or running one):
-        files of jobs past ``log_retention_days`` (:meth:`sweep`), then rows, history and
-        files of jobs past ``job_retention_days`` and beyond ``max_jobs_kept_per_user``."""
-        out: dict[str, list[str]] = {"files": [], "aged": [], "over_count": []}
-        if self.log_retention_days > 0:
-            out["files"] = self.sweep(now)
-        if self.job_retention_days > 0:
-            out["aged"] = self.store.delete_ended_before(now - self.job_retention_days * 86400)
-        out["over_count"] = self.store.prune_all(self.max_jobs_kept_per_user)
-        for job_id in out["aged"] + out["over_count"]:
-            self.backend.forget(job_id)
-        if out["aged"] or out["over_count"]:
-            log.info("job retention: %d finished jobs past %g days, %d beyond %d per user "
-                     "deleted", len(out["aged"]), self.job_retention_days,
-                     len(out["over_count"]), self.max_jobs_kept_per_user)
-        return out
+        """The periodic retention pass (:meth:`.retention.JobRetention.run`)."""
+        return self.retainer.run(now)
 
     def sweep(self, now: float) -> list[str]:
-        """Forget the log, snapshot and checkpoints of jobs finished longer ago than
-        ``log_retention_days`` (their rows and history stay); returns their ids."""
-        cutoff = now - self.log_retention_days * 86400
-        with self.broker.engine.connect() as conn:
-            rows = conn.execute(
-                select(jobs_table.c.id, jobs_table.c.state).where(
-                    jobs_table.c.ended_at.is_not(None), jobs_table.c.ended_at < cutoff,
-                )
-            )
-            ids = [r.id for r in rows if r.state in TERMINAL_VALUES]
-        for job_id in ids:
-            self.backend.forget(job_id)
-        return ids
+        """Forget the files of jobs past ``log_retention_days``
+        (:meth:`.retention.JobRetention.sweep`)."""
+        return self.retainer.sweep(now)
 
     async def call_backend(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
@@ -174,11 +154,12 @@ class JobManager(JobOutcomes):
 
     def batch_grants(self) -> dict[str, Grant]:
         return {
-            g.request.id: g for g in self.broker.state.grants.values()
+            g.request.id: g
+            for g in self.broker.state.grants.values()
             if g.request.kind is Kind.BATCH
         }
 
-    def _grant_of(self, job: Job) -> Grant | None:
+    def grant_of(self, job: Job) -> Grant | None:
         """The live batch grant of the job's current request, if any, from the broker's
         index of holders: its request is ``job.request_spec`` with the attempt's id (no
         pass over every live grant: 100,000 of them held the event loop ~30 ms per tick)."""
@@ -197,241 +178,44 @@ class JobManager(JobOutcomes):
 
     async def tick(self) -> None:
         """One pass over the live jobs (see the module docstring)."""
-        broker = self.broker
         running: list[Job] = []
         for job in list(self.store.live.values()):
-            if job.id in self._busy:
+            if job.id in self.busy:
                 continue
             if job.state is JobState.QUEUED:
-                self._check_queued(job)
+                self.starter.check_queued(job)
             elif job.state is JobState.ADMITTED:
-                self._spawn(self._start(job))
+                self._spawn(self.starter.start(job))
             elif job.state is JobState.PREEMPTED:
                 self._requeue_or_fail(job)
-            elif job.state is JobState.RUNNING:
-                if job.grant_id not in broker.state.grants:
-                    self._spawn(self.kill_for_lost_grant(job))
-                    continue
-                if job.grant_id in broker.preempt_info and not job.preempt_signalled:
-                    reason = broker.preempt_info[job.grant_id][0]
-                    self._spawn(self._signal(job, f"preemption notice: {reason}"))
-                    continue
+            elif job.state is JobState.RUNNING and self._still_held(job):
                 running.append(job)
         if running:
-            self._spawn(self._poll(running))
+            self._spawn(self.watcher.poll(running))
         if self.node_return.due():
             self._spawn(self.node_return.check(self.call_backend))
+
+    def _still_held(self, job: Job) -> bool:
+        """Whether a running job's grant lives on with no preemption notice unanswered;
+        if not, its run is killed (grant gone) or sent SIGTERM (notice) in the background."""
+        broker = self.broker
+        if job.grant_id not in broker.state.grants:
+            self._spawn(self.kill_for_lost_grant(job))
+            return False
+        if job.grant_id in broker.preempt_info and not job.preempt_signalled:
+            reason = broker.preempt_info[job.grant_id][0]
+            self._spawn(self.watcher.signal(job, f"preemption notice: {reason}"))
+            return False
+        return True
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
         task.add_done_callback(_log_failure)
 
-    def _check_queued(self, job: Job) -> None:
-        broker = self.broker
-        grant = self._grant_of(job)
-        if grant is not None:
-            self.store.transition(
-                job, JobState.ADMITTED,
-                f"admitted: granted {grant.units_milli / UNIT:g} GPU on {grant.placement.node}"
-                + (" (borrowed)" if grant.borrowed else ""),
-                grant_id=grant.id,
-            )
-            self.wake.set()
-            return
-        rid = job.request_id or ""
-        if rid in broker.queue or rid in broker.pending:
-            return
-        view = broker.get_request(rid) if rid else None
-        if job.cancel_requested:
-            self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
-        elif view is not None and view["status"] == "refused":
-            self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
-        elif view is not None and view["status"] == "granted" and view.get("grant_id"):
-            # granted and released again before the job started (e.g. reconcile)
-            self.ask_again(job, job.attempt, "its grant was released before it started")
-        else:
-            self.ask_again(job, job.attempt, "its request was lost: asked again")
-
-    async def _start(self, job: Job) -> None:
-        grant = self.broker.state.grants.get(job.grant_id or "")
-        if grant is None:
-            self.ask_again(job, job.attempt, "its grant was released before it started")
-            return
-        if job.cancel_requested:
-            self.release_grant(job, "job cancelled")
-            self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
-                                  grant_id=None)
-            return
-        self._busy.add(job.id)
-        try:
-            spec = await self.call_backend(self._run_spec, job, grant)
-            refused = await self.call_backend(self.backend.refusal, spec)  # may ask the engine
-            if refused:
-                self._busy.discard(job.id)
-                self.release_grant(job, f"refused by the {self.backend.name} backend")
-                self.store.transition(
-                    job, JobState.FAILED, f"refused by the {self.backend.name} backend: {refused}",
-                    grant_id=None, error={"summary": refused},
-                )
-                return
-            handle: RunHandle = await self.call_backend(self.backend.submit, spec)
-        except Exception as exc:  # a job that cannot start fails with the reason
-            self._busy.discard(job.id)
-            log.exception("job %s could not start", job.id)
-            self.release_grant(job, "job could not start")
-            self.store.transition(
-                job, JobState.FAILED, f"could not start: {exc}", grant_id=None,
-                error={"summary": f"could not start: {exc}"},
-            )
-            return
-        self._busy.discard(job.id)
-        now = self.broker.clock()
-        data = handle.to_json()
-        data["started_at"] = now
-        if job.cancel_requested:  # asked while the run was being started: no handle then
-            data["cancel_at"] = now
-        self.store.transition(
-            job, JobState.RUNNING, f"running on {self.backend.name} (attempt {job.attempt})",
-            handle=data, started_at=job.started_at or now,
-        )
-        if job.cancel_requested:  # SIGTERM now, SIGKILL after cancel_grace_s (_enforce_limits)
-            await self.call_backend(self.backend.signal, handle)
-            self.wake.set()
-
-    def _run_spec(self, job: Job, grant: Grant) -> RunSpec:
-        if self._real_gpus is None:
-            from ...spawner.local import real_gpus_present
-
-            self._real_gpus = real_gpus_present()
-        return build_run_spec(self, job, grant, real_gpus=self._real_gpus)
-
-    async def _signal(self, job: Job, reason: str) -> None:
-        handle = handle_of(job)
-        self._busy.add(job.id)
-        try:
-            if handle is not None:
-                await self.call_backend(self.backend.signal, handle)
-        finally:
-            self._busy.discard(job.id)
-        self.store.note(job, f"{reason}: SIGTERM sent", preempt_signalled=True)
-
-    async def _poll(self, jobs: list[Job]) -> None:
-        for job in jobs:
-            self._busy.add(job.id)
-        try:
-            polled = await self.call_backend(self._poll_all, jobs)
-        finally:
-            for job in jobs:
-                self._busy.discard(job.id)
-        now = self.broker.clock()
-        pools: set[str] = set()
-        for job, (status, over) in zip(jobs, polled, strict=True):
-            if job.state is not JobState.RUNNING:
-                continue
-            if status.alive or status.alive is None:
-                self._engine_queue(job, status, now)
-                if over and job.handle is not None and not job.handle.get("over_bound"):
-                    await self._stop_over_bound(job, over)
-                    continue
-                await self._enforce_limits(job, now)
-                continue
-            self.settle(job, status, drain=False)
-            pools.add(job.pool)
-        for pool in sorted(pools):  # one pass over the queue for all the runs that ended
-            self.broker.drain_queue(pool)
-
-    def _engine_queue(self, job: Job, status: RunStatus, now: float) -> None:
-        """A run the engine still holds in its own queue (e.g. a Job Kueue has not admitted,
-        a Slurm job PENDING): an event says why, once per new reason, and so does the job's
-        reason; its runtime clock starts when the engine lets it run (the grant, and its
-        GPU-hours, run from the broker's admission)."""
-        if job.handle is None:
-            return
-        if status.queued:
-            text = (status.reason or "waiting in the engine's queue")[:300]
-            if not job.handle.get("engine_queued") or job.handle.get("engine_reason") != text:
-                self.store.note(job, text, handle=dict(job.handle, engine_queued=True,
-                                                       engine_reason=text))
-                # what the job says while it waits; a first attempt has not started yet
-                first: dict[str, float | None] = {"started_at": None} if job.attempt == 1 else {}
-                self.store.update(job, reason=text, **first)
-        elif job.handle.get("engine_queued"):
-            text = f"running on {self.backend.name}: the engine admitted it"
-            self.store.note(job, text,
-                            handle=dict(job.handle, engine_queued=False, started_at=now))
-            first = {"started_at": now} if job.attempt == 1 else {}  # its first run
-            self.store.update(job, reason=f"{text} (attempt {job.attempt})", **first)
-
-    def _poll_all(self, jobs: list[Job]) -> list[tuple[RunStatus, str | None]]:
-        """Each run's status and, where it runs on, the bound it passed (log, output)."""
-        out: list[tuple[RunStatus, str | None]] = []
-        for job in jobs:
-            handle = handle_of(job)
-            status = self.backend.poll(handle) if handle else RunStatus(alive=False)
-            over = self._over_bound(job, handle) if handle and status.alive is not False \
-                else None
-            out.append((status, over))
-        return out
-
-    def _over_bound(self, job: Job, handle: RunHandle) -> str | None:
-        """Why the run passed a size bound (``max_log_bytes``, ``max_output_bytes``), where
-        the backend can tell cheaply (a stat in the job folder, not a cluster API call)."""
-        if not self.backend.sizes_are_cheap:
-            return None
-        if self.max_log_bytes > 0 and self.backend.log_size(job.id) > self.max_log_bytes:
-            return (f"log exceeded JobManager.max_log_bytes = {human_bytes(self.max_log_bytes)}"
-                    ": the job was stopped")
-        if self.max_output_bytes > 0:
-            size = self.backend.output_size(handle)
-            if size is not None and size > self.max_output_bytes:
-                return ("executed notebook exceeded JobManager.max_output_bytes = "
-                        f"{human_bytes(self.max_output_bytes)}: the job was stopped and its "
-                        "notebook not copied into your files")
-        return None
-
-    async def _stop_over_bound(self, job: Job, reason: str) -> None:
-        """Kill a run over a size bound; the job fails with ``reason`` when it settles (the
-        log is cut to the bound, the oversized notebook removed from the job folder)."""
-        handle = handle_of(job)
-        if handle is None or job.handle is None:
-            return
-        self.store.note(job, reason, handle=dict(job.handle, over_bound=reason))
-        self._busy.add(job.id)
-        try:
-            await self.call_backend(self._kill_and_trim, handle)
-        finally:
-            self._busy.discard(job.id)
-        self.wake.set()
-
-    def _kill_and_trim(self, handle: RunHandle) -> None:
-        self.backend.kill(handle)
-        trim = getattr(self.backend, "trim", None)
-        if trim is not None:
-            try:
-                trim(handle, self.max_log_bytes, self.max_output_bytes)
-            except OSError as exc:
-                log.warning("job %s: could not trim its files: %s", handle.job_id, exc)
-
-    async def _enforce_limits(self, job: Job, now: float) -> None:
-        handle = handle_of(job)
-        if handle is None or job.handle is None:
-            return
-        began = float(job.handle.get("started_at") or now)
-        if (now - began > job.max_runtime_s and not job.handle.get("over_runtime")
-                and not job.handle.get("engine_queued")):
-            self.store.update(job, handle=dict(job.handle, over_runtime=True, kill_at=now))
-            await self.call_backend(self.backend.kill, handle)
-            return
-        cancel_at = job.handle.get("cancel_at")
-        if job.cancel_requested and cancel_at and now >= float(cancel_at) + self.cancel_grace_s:
-            await self.call_backend(self.backend.kill, handle)
-
     async def kill_for_lost_grant(self, job: Job) -> None:
-        handle = handle_of(job)
-        if handle is not None:
-            await self.call_backend(self.backend.kill, handle)
-        why = self._release_reason(job.grant_id) or "released"
-        self.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
+        """Kill the run of a job whose grant is gone
+        (:meth:`.watch.RunWatcher.kill_for_lost_grant`)."""
+        await self.watcher.kill_for_lost_grant(job)
 
     # -- preemption, from the broker's preemption runner ------------------------------------
 
@@ -443,27 +227,7 @@ class JobManager(JobOutcomes):
 
     async def preempt_now(self, grant: Grant, reason: str) -> None:
         """The grace period is over: SIGKILL the run and settle it as preempted."""
-        job = self.job_of_grant(grant)
-        if job is None or job.state is not JobState.RUNNING:
-            return
-        handle = handle_of(job)
-        if not job.preempt_signalled:
-            self.store.note(job, f"preemption: {reason}", preempt_signalled=True)
-        if handle is None:
-            return
-        self._busy.add(job.id)
-        try:
-            await self.call_backend(self.backend.kill, handle)
-            status = RunStatus(alive=True)
-            for _ in range(50):
-                status = await self.call_backend(self.backend.poll, handle)
-                if not status.alive:
-                    break
-                await asyncio.sleep(0.1)
-        finally:
-            self._busy.discard(job.id)
-        if job.state is JobState.RUNNING:
-            self.settle(job, replace(status, alive=False))
+        await self.watcher.preempt_now(grant, reason)
 
     def holder_alive(self, grant: Grant) -> bool | None:
         """For reconcile: whether a batch grant's job exists and holds it."""
@@ -479,22 +243,18 @@ class JobManager(JobOutcomes):
         if job.terminal:
             return job
         if job.state is JobState.QUEUED:
-            if job.request_id and (job.request_id in self.broker.queue
-                                   or job.request_id in self.broker.pending):
-                self.broker.cancel(job.request_id)
-            grant = self._grant_of(job)
-            if grant is not None:
-                self.broker.release(grant.id, "released: job cancelled")
-            self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
+            self._cancel_queued(job)
             return job
-        if job.state is JobState.ADMITTED and job.id not in self._busy:
+        if job.state is JobState.ADMITTED and job.id not in self.busy:
             self.release_grant(job, "job cancelled")
-            self.store.transition(job, JobState.CANCELLED, "cancelled before it started",
-                                  grant_id=None)
+            self.store.transition(
+                job, JobState.CANCELLED, "cancelled before it started", grant_id=None
+            )
             return job
         now = self.broker.clock()
         self.store.note(
-            job, f"cancel asked: SIGTERM, SIGKILL after {self.cancel_grace_s:g}s",
+            job,
+            f"cancel asked: SIGTERM, SIGKILL after {self.cancel_grace_s:g}s",
             cancel_requested=True,
             handle=dict(job.handle or {}, cancel_at=now) if job.handle else job.handle,
         )
@@ -503,6 +263,17 @@ class JobManager(JobOutcomes):
             await self.call_backend(self.backend.signal, handle)
         self.wake.set()
         return job
+
+    def _cancel_queued(self, job: Job) -> None:
+        """Withdraw a queued job's request (or release the grant it got meanwhile)."""
+        if job.request_id and (
+            job.request_id in self.broker.queue or job.request_id in self.broker.pending
+        ):
+            self.broker.cancel(job.request_id)
+        grant = self.grant_of(job)
+        if grant is not None:
+            self.broker.release(grant.id, "released: job cancelled")
+        self.store.transition(job, JobState.CANCELLED, "cancelled while queued")
 
     # -- restart ----------------------------------------------------------------------------
 

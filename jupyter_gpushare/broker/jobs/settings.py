@@ -13,7 +13,7 @@ from ...core.jobs import JobLimits
 
 
 class JobSettings(LoggingConfigurable):
-    """The configurable part of :class:`~.job_runner.JobManager`."""
+    """The configurable part of :class:`~.runner.JobManager`."""
 
     backend_class = Type(
         LocalBackend,

@@ -21,7 +21,7 @@ class GrantViews(Protocol):
 
 
 class AttemptSource(Protocol):
-    """What an attempt's spec is built from: the :class:`~.job_runner.JobManager` is one.
+    """What an attempt's spec is built from: the :class:`~.runner.JobManager` is one.
     Named here, so this module does not import the runner that imports it."""
 
     @property
@@ -84,7 +84,10 @@ def job_env(manager: AttemptSource, grant: Grant, *, real_gpus: bool) -> dict[st
     info = GrantInfo.from_json(manager.broker.grant_view(grant))
     env.update(
         local_env(
-            info, mps=mps, real_gpus_present=real_gpus, broker_url="",
+            info,
+            mps=mps,
+            real_gpus_present=real_gpus,
+            broker_url="",
             mps_pipe_dir=manager.mps_pipe_directory or None,
             inherited_pythonpath=env.get("PYTHONPATH", ""),
         )
