@@ -16,8 +16,14 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..policy import PolicyIssue, YList, YMap
-from ..policy.yamlread import _construct_map, _construct_seq, _LineLoader
+from ..policy import YList, YMap
+from ..policy.fields import as_map, join, unknown_ref
+from ..policy.issues import Collector
+from ..policy.schema_value import _bool as boolean
+from ..policy.schema_value import _text as text
+from ..policy.schema_value import _whole as whole
+from ..policy.schema_value import choice, positive
+from ..policy.yamlread import _construct_map, _construct_seq, _LineLoader, describe
 from ..policy_units import UnitError
 
 if getattr(yaml, "__with_libyaml__", False):
@@ -38,56 +44,29 @@ else:  # pragma: no cover - PyYAML built without libyaml
 
 T = TypeVar("T")
 
-__all__ = ["Ctx", "Fields", "describe", "read_root", "unknown_ref"]
+__all__ = [
+    "Ctx",
+    "Converter",
+    "Fields",
+    "as_map",
+    "boolean",
+    "choice",
+    "describe",
+    "join",
+    "positive",
+    "read_root",
+    "text",
+    "unknown_ref",
+    "whole",
+]
+
+Ctx = Collector
+"""Collects the issues of one file (the policy loader's collector)."""
 
 
-class Ctx:
-    """Collects the issues of one file."""
-
-    def __init__(self, filename: str):
-        self.filename = filename
-        self.issues: list[PolicyIssue] = []
-
-    def error(self, line: int, path: str, message: str) -> None:
-        self.issues.append(PolicyIssue(self.filename, line, path, message))
-
-    @property
-    def failed(self) -> bool:
-        return any(i.severity == "error" for i in self.issues)
-
-
-def describe(value: object) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def join(path: str, key: object) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def unknown_ref(kind: str, name: str, known: Iterable[str]) -> str:
-    names = sorted(known)
-    listed = ", ".join(names) if names else "none are defined"
-    hint = difflib.get_close_matches(name, names, n=1)
-    extra = f"; did you mean {hint[0]!r}?" if hint else ""
-    return f"unknown {kind} {name!r} (expected one of: {listed}){extra}"
-
-
-def as_map(ctx: Ctx, value: object, line: int, path: str) -> YMap | None:
-    if isinstance(value, YMap):
-        return value
-    ctx.error(line, path, f"got {describe(value)} (expected a mapping of keys to values)")
-    return None
-
-
-def read_root(ctx: Ctx, text: str, expected: str) -> YMap | None:
+def read_root(ctx: Ctx, yaml_text: str, expected: str) -> YMap | None:
     """The top mapping of a YAML text (with every key's line), or ``None`` with the error."""
-    loader = LineLoader(text)
+    loader = LineLoader(yaml_text)
     try:
         data = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
@@ -117,8 +96,9 @@ class Fields:
         for key in data:
             if key not in names:
                 hint = difflib.get_close_matches(str(key), names, n=1)
-                expected = (f"did you mean {hint[0]!r}?" if hint
-                            else "expected one of " + ", ".join(names))
+                expected = (
+                    f"did you mean {hint[0]!r}?" if hint else "expected one of " + ", ".join(names)
+                )
                 ctx.error(self.key_line(key), join(path, key), f"unknown key ({expected})")
 
     def key_line(self, key: object) -> int:
@@ -136,8 +116,14 @@ class Fields:
     def has(self, key: str) -> bool:
         return key in self.data and self.data[key] is not None
 
-    def get(self, key: str, conv: Callable[[object], T], *, required: bool = False,
-            default: T | None = None) -> T | None:
+    def get(
+        self,
+        key: str,
+        conv: Callable[[object], T],
+        *,
+        required: bool = False,
+        default: T | None = None,
+    ) -> T | None:
         """The converted value of ``key``; a missing or bad value is reported, gives default."""
         if not self.has(key):
             if required:
@@ -147,8 +133,9 @@ class Fields:
         try:
             return conv(value)
         except UnitError as exc:
-            self.ctx.error(self.line(key), join(self.path, key),
-                           f"got {describe(value)} (expected {exc})")
+            self.ctx.error(
+                self.line(key), join(self.path, key), f"got {describe(value)} (expected {exc})"
+            )
             return default
 
     def map(self, key: str, *, required: bool = False) -> YMap | None:
@@ -166,8 +153,9 @@ class Fields:
         value = self.data[key]
         if isinstance(value, YList):
             return value
-        self.ctx.error(self.line(key), join(self.path, key),
-                       f"got {describe(value)} (expected a list)")
+        self.ctx.error(
+            self.line(key), join(self.path, key), f"got {describe(value)} (expected a list)"
+        )
         return None
 
     def entries(self, key: str) -> builtins.list[tuple[str, YMap, int, str]]:
@@ -192,47 +180,6 @@ class Fields:
 
 
 # --------------------------------------------------------------------- converters
-
-
-def text(value: object) -> str:
-    if isinstance(value, str) and value.strip():
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    raise UnitError("a non-empty text")
-
-
-def whole(value: object) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise UnitError("a whole number")
-
-
-def boolean(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise UnitError("true or false")
-
-
-def positive(conv: Callable[[object], int], what: str) -> Callable[[object], int]:
-    def check(value: object) -> int:
-        result = conv(value)
-        if result <= 0:
-            raise UnitError(f"{what} greater than 0")
-        return result
-
-    return check
-
-
-def choice(*options: str) -> Callable[[object], str]:
-    def check(value: object) -> str:
-        if isinstance(value, str) and value in options:
-            return value
-        hint = difflib.get_close_matches(str(value), options, n=1)
-        extra = f"; did you mean {hint[0]!r}?" if hint else ""
-        raise UnitError("one of " + ", ".join(options) + extra)
-
-    return check
-
+# text, whole, boolean, positive and choice are the policy's own converters (imported above)
 
 Converter = Callable[[object], Any]

@@ -24,39 +24,6 @@ returns the nodes. Without one, capacity checks are skipped (with a warning).
 
 from __future__ import annotations
 
-from .compat import (  # the one-module policy.py's helpers, for the planner's reader
-    _as_map as _as_map,
-)
-from .compat import (
-    _bool as _bool,
-)
-from .compat import (
-    _choice as _choice,
-)
-from .compat import (
-    _Ctx as _Ctx,
-)
-from .compat import (
-    _entries as _entries,
-)
-from .compat import (
-    _Fields as _Fields,
-)
-from .compat import (
-    _int as _int,
-)
-from .compat import (
-    _LineLoader as _LineLoader,
-)
-from .compat import (
-    _positive as _positive,
-)
-from .compat import (
-    _str as _str,
-)
-from .compat import (
-    _unknown_ref as _unknown_ref,
-)
 from .inventory import Discover, DiscoverySpec, simulated_nodes
 from .issues import PolicyCheck, PolicyError, PolicyIssue
 from .loader import check_policy, check_policy_file, load_policy, parse_policy, read_policy_text

@@ -61,7 +61,7 @@ from .schema_scalars import (
     VENDOR,
 )
 from .schema_shapes import Either, Key, ListOf, MapOf, Section, Shape, _k
-from .schema_value import MAX_HEADROOM, Value, _bool, _choice, _text, _whole, positive
+from .schema_value import MAX_HEADROOM, Value
 
 __all__ = [
     "CPU_PATTERN",
@@ -85,12 +85,7 @@ __all__ = [
     "Section",
     "Shape",
     "Value",
-    "_bool",
-    "_choice",
-    "_text",
-    "_whole",
     "json_schema",
-    "positive",
 ]
 
 SCHEMA_ID = "urn:jupyter-gpushare:policy"

@@ -38,7 +38,6 @@ from .schema_value import (
     SLURM_NAME_PATTERN,
     Value,
     _bool,
-    _choice,
     _description,
     _headroom,
     _image,
@@ -53,6 +52,7 @@ from .schema_value import (
     _vendor,
     _whole,
     _whole_in,
+    choice,
     positive,
 )
 
@@ -204,13 +204,11 @@ HEADROOM = Value(
     "a fraction between 0 and 0.9",
 )
 MODE = Value(
-    _choice(*(m.value for m in SharingMode)),
+    choice(*(m.value for m in SharingMode)),
     {"enum": [m.value for m in SharingMode]},
     "a sharing mode",
 )
-SOURCE = Value(
-    _choice(*INVENTORY_SOURCES), {"enum": list(INVENTORY_SOURCES)}, "an inventory source"
-)
+SOURCE = Value(choice(*INVENTORY_SOURCES), {"enum": list(INVENTORY_SOURCES)}, "an inventory source")
 
 
 SLURM_NAME = Value(

@@ -168,7 +168,9 @@ def positive(conv: Callable[[object], int], what: str) -> Callable[[object], int
     return check
 
 
-def _choice(*options: str) -> Callable[[object], str]:
+def choice(*options: str) -> Callable[[object], str]:
+    """A converter accepting one of ``options`` (the nearest named when it is not one)."""
+
     def check(value: object) -> str:
         if isinstance(value, str) and value in options:
             return value
