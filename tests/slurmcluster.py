@@ -415,6 +415,28 @@ class SlurmCluster:
                 time.sleep(0.3)
             raise RuntimeError(f"node {name} did not come back:\n" + self.logs())
 
+    def kill_ctld(self) -> None:
+        """``kill -9`` of slurmctld alone: the nodes and their jobs go on, nothing answers
+        ``squeue``, ``sbatch`` or ``scancel``."""
+        proc = self.ctld.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+
+    def restart_ctld(self, timeout: float = SLURM_READY_S) -> None:
+        """Start slurmctld again (after :meth:`kill_ctld`): it recovers its jobs from its
+        state folder; wait until it answers for every node."""
+        self.kill_ctld()
+        self.ctld.proc = self._in_ns(self.ctld, ["slurmctld", "-D", "-f", self.conf_path],
+                                     "slurmctld")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.node_states()) == len(self.nodes):
+                return
+            time.sleep(0.2)
+        raise RuntimeError("slurmctld did not come back:\n" + self.logs())
+
     # -- stop -------------------------------------------------------------------------------
 
     def stop(self) -> None:

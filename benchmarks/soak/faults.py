@@ -13,6 +13,7 @@ hub and the broker both let go of a killed server).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -37,10 +38,12 @@ KINDS = {  # kind -> weight after the first round (which has each kind once)
     "server_kill9": 2,
     "server_term": 1,
     "kernel_kill9": 2,
+    "kernel_term": 1,
     "policy_broken": 1,
     "db_locked": 2,  # SQLite only
     "db_stopped": 2,  # PostgreSQL only
     "slurm_node_kill9": 2,  # --slurm only
+    "slurm_ctld_kill9": 1,  # --slurm only
 }
 DB_KINDS = {"sqlite": "db_locked", "postgresql": "db_stopped"}
 RECOVERY_LIMIT_S = 90.0
@@ -273,14 +276,14 @@ class Injector(threading.Thread):
 
     # -- a job's kernel ------------------------------------------------------------------
 
-    def kernel_kill9(self, p: Planned) -> tuple[str, float | None]:
+    def _kernel(self, sig: int) -> tuple[str, float | None]:
+        """``sig`` to the kernel (and every process under the job's runner) of a running job:
+        the job fails or, checkpointed, is retried; the audit checks it ends once."""
         running = [j for j in self.stack.read_rows()["jobs"] if j["state"] == "running"]
         if not running:
             return "no job running", None
         job = self.rng.choice(running)
         pidfile = self.stack.jobs_dir / job["id"] / f"attempt-{job['attempt']}" / "pid"
-        import json
-
         try:
             runner = psutil.Process(int(json.loads(pidfile.read_text())["pid"]))
             kernels = runner.children(recursive=True)
@@ -290,8 +293,14 @@ class Injector(threading.Thread):
             return f"job {job['id']}: no kernel yet", None
         for k in kernels:
             with contextlib.suppress(psutil.Error):
-                k.kill()
+                k.send_signal(sig)
         return f"kernel of job {job['id']} ({len(kernels)} processes)", None
+
+    def kernel_kill9(self, p: Planned) -> tuple[str, float | None]:
+        return self._kernel(signal.SIGKILL)
+
+    def kernel_term(self, p: Planned) -> tuple[str, float | None]:
+        return self._kernel(signal.SIGTERM)
 
     # -- the policy file and the database ------------------------------------------------
 
@@ -355,6 +364,21 @@ class Injector(threading.Thread):
         took = time.time() - t0
         self.faults.close(w)
         return f"Slurm node {name}" + (" (running a job)" if busy else ""), took
+
+
+    def slurm_ctld_kill9(self, p: Planned) -> tuple[str, float | None]:
+        """kill -9 of slurmctld alone (the nodes and their jobs go on; nothing answers
+        sbatch, squeue or scancel), started again after ``hold_s``; recovered when it
+        answers for every node (it recovers its jobs from its state folder)."""
+        cluster = self.stack.slurm
+        w = self.faults.open("slurm", "slurmctld")
+        t0 = time.time()
+        cluster.kill_ctld()
+        self.stopping.wait(p.hold_s)
+        cluster.restart_ctld()
+        took = time.time() - t0
+        self.faults.close(w)
+        return f"slurmctld (down {p.hold_s} s)", took
 
 
 def summary_of(plan: list[Planned]) -> dict[str, Any]:
