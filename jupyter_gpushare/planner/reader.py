@@ -8,6 +8,7 @@ an example, in ``hub_config/plan-example.yaml``.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -58,40 +59,47 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 def _param_count(value: object) -> float:
     """7B, 6.74B, 350M, 1.5e9 or a plain number of parameters."""
     expected = "a parameter count such as 7B, 6.74B, 350M or 1.5e9"
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise UnitError(expected)
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        match = _COUNT.match(text)
-        if match:
-            number = float(match.group(1)) * _COUNT_FACTORS[match.group(2).lower()]
-            if number > 0:
-                return number
-        try:
-            number = float(text)
-        except ValueError:
-            raise UnitError(expected) from None
-        if number > 0:
-            return number
-    raise UnitError(expected)
+    return _scaled_number(value, _COUNT, _COUNT_FACTORS, expected, plain_text=True)
 
 
 def _watts(value: object) -> float:
     """700W, 17kW, 0.7kW or a plain number of watts."""
     expected = "a power such as 700W, 17kW or a number of watts"
+    return _scaled_number(value, _POWER, _POWER_FACTORS, expected)
+
+
+def _scaled_number(
+    value: object,
+    pattern: re.Pattern[str],
+    factors: dict[str, float],
+    expected: str,
+    *,
+    plain_text: bool = False,
+) -> float:
+    """A finite number above 0: a number, or a text ``<number><suffix>`` matching
+    ``pattern`` and scaled by the suffix's factor (``plain_text``: or any number as text,
+    such as 1.5e9); otherwise :class:`UnitError` with ``expected``."""
+    number: float | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise UnitError(expected)
-        return float(value)
-    if isinstance(value, str):
-        match = _POWER.match(value)
+        number = _as_float(value)
+    elif isinstance(value, str):
+        match = pattern.match(value)
         if match:
-            number = float(match.group(1)) * _POWER_FACTORS[(match.group(2) or "").lower()]
-            if number > 0:
-                return number
-    raise UnitError(expected)
+            number = float(match.group(1)) * factors[(match.group(2) or "").lower()]
+        if plain_text and (number is None or number <= 0):
+            number = _as_float(value.strip())
+    if number is None or not math.isfinite(number) or number <= 0:
+        raise UnitError(expected)
+    return number
+
+
+def _as_float(value: object) -> float | None:
+    """``float(value)``, or ``None`` for a text that is no number or an integer too large
+    for a float."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (ValueError, OverflowError):
+        return None
 
 
 def _bytes(value: object) -> int:
@@ -132,8 +140,7 @@ def _name(value: object) -> str:
 
 
 def _parse_cards(ctx: Ctx, root: Fields, out: dict[str, Card]) -> None:
-    keys = ("vendor", "model", "memory", "bf16_tflops", "power_w", "form", "source",
-            "verified")
+    keys = ("vendor", "model", "memory", "bf16_tflops", "power_w", "form", "source", "verified")
     for name, body, _line, path in root.entries("cards"):
         f = Fields(ctx, body, path, keys)
         vendor = f.get("vendor", _name, required=True)
@@ -144,17 +151,20 @@ def _parse_cards(ctx: Ctx, root: Fields, out: dict[str, Card]) -> None:
         form = f.get("form", _choice("sxm", "oam", "pcie"), default="pcie") or "pcie"
         source = f.get("source", _str, default="") or ""
         verified = f.get("verified", _bool, default=True)
-        if None in (vendor, model, memory, tflops, power):
+        if vendor is None or model is None or memory is None or tflops is None or power is None:
             continue
-        out[name] = Card(name, str(vendor).lower(), str(model), int(memory),  # type: ignore
-                         float(tflops), float(power), form, source,  # type: ignore[arg-type]
-                         bool(verified))
+        card = Card(
+            name, vendor.lower(), model, memory, tflops, power, form, source, bool(verified)
+        )
+        out[name] = card
 
 
 def _positive_float(value: object) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    raise UnitError("a number greater than 0")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = _as_float(value)
+        if number is not None and math.isfinite(number) and number > 0:
+            return number
+    raise UnitError("a finite number greater than 0")
 
 
 def _parse_models(ctx: Ctx, root: Fields, out: dict[str, ModelShape]) -> None:
@@ -167,14 +177,16 @@ def _parse_models(ctx: Ctx, root: Fields, out: dict[str, ModelShape]) -> None:
         heads = f.get("heads", _positive(_int, "a whole number"), required=True)
         kv_heads = f.get("kv_heads", _positive(_int, "a whole number"), default=heads)
         source = f.get("source", _str, default="") or ""
-        if None in (params, layers, hidden, heads, kv_heads):
+        if params is None or layers is None or hidden is None or heads is None or not kv_heads:
             continue
-        if heads and kv_heads and heads % kv_heads:  # type: ignore[operator]
-            ctx.error(f.line("kv_heads"), f"{path}.kv_heads",
-                      f"got {kv_heads} (expected a divisor of heads, {heads})")
+        if heads % kv_heads:
+            ctx.error(
+                f.line("kv_heads"),
+                f"{path}.kv_heads",
+                f"got {kv_heads} (expected a divisor of heads, {heads})",
+            )
             continue
-        out[name] = ModelShape(name, params, layers, hidden, heads,  # type: ignore[arg-type]
-                               kv_heads, source)  # type: ignore[arg-type]
+        out[name] = ModelShape(name, params, layers, hidden, heads, kv_heads, source)
 
 
 def _read_root(ctx: Ctx, text: str, what: str) -> YMap | None:
@@ -186,12 +198,12 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError([PolicyIssue(str(path), 0, "", f"cannot read the file: {exc}")]
-                        ) from exc
+        raise PlanError([PolicyIssue(str(path), 0, "", f"cannot read the file: {exc}")]) from exc
 
 
-def parse_catalogue(text: str, filename: str, cards: dict[str, Card],
-                    models: dict[str, ModelShape]) -> list[PolicyIssue]:
+def parse_catalogue(
+    text: str, filename: str, cards: dict[str, Card], models: dict[str, ModelShape]
+) -> list[PolicyIssue]:
     """Add the cards and models of one catalogue text; returns its issues."""
     ctx = Ctx(filename)
     data = _read_root(ctx, text, "catalogue")
@@ -202,8 +214,9 @@ def parse_catalogue(text: str, filename: str, cards: dict[str, Card],
     return ctx.issues
 
 
-def load_catalogue(extra: list[str | Path] | tuple[str | Path, ...] = ()
-                   ) -> tuple[dict[str, Card], dict[str, ModelShape]]:
+def load_catalogue(
+    extra: list[str | Path] | tuple[str | Path, ...] = (),
+) -> tuple[dict[str, Card], dict[str, ModelShape]]:
     """The bundled catalogue plus admins' files (later files override by name)."""
     cards: dict[str, Card] = {}
     models: dict[str, ModelShape] = {}
@@ -219,14 +232,31 @@ def load_catalogue(extra: list[str | Path] | tuple[str | Path, ...] = ()
 # -------------------------------------------------------------------- plan input
 
 _WORK_KEYS = (
-    "name", "kind", "model", "concurrent", "method", "precision", "optimizer", "micro_batch",
-    "sequence_length", "activation_checkpointing", "lora_rank", "lora_targets", "weights",
-    "kv_cache", "requests", "memory", "compute", "growth", "description",
+    "name",
+    "kind",
+    "model",
+    "concurrent",
+    "method",
+    "precision",
+    "optimizer",
+    "micro_batch",
+    "sequence_length",
+    "activation_checkpointing",
+    "lora_rank",
+    "lora_targets",
+    "weights",
+    "kv_cache",
+    "requests",
+    "memory",
+    "compute",
+    "growth",
+    "description",
 )
 
 
-def _parse_workload(ctx: Ctx, body: YMap, path: str, team: str, index: int,
-                    models: dict[str, ModelShape]) -> Workload | None:
+def _parse_workload(
+    ctx: Ctx, body: YMap, path: str, team: str, index: int, models: dict[str, ModelShape]
+) -> Workload | None:
     f = Fields(ctx, body, path, _WORK_KEYS)
     kind = f.get("kind", _choice(*KINDS), required=True)
     name = f.get("name", _name, default=None)
@@ -241,19 +271,35 @@ def _parse_workload(ctx: Ctx, body: YMap, path: str, team: str, index: int,
             return None
     dtypes = tuple(DTYPES)
     is_training = kind in ("training", "fine-tuning")
-    for key in ("method", "precision", "optimizer", "micro_batch", "activation_checkpointing",
-                "lora_rank", "lora_targets"):
+    for key in (
+        "method",
+        "precision",
+        "optimizer",
+        "micro_batch",
+        "activation_checkpointing",
+        "lora_rank",
+        "lora_targets",
+    ):
         if f.has(key) and kind is not None and not is_training:
-            ctx.error(f.key_line(key), f"{path}.{key}", f"only used by training and "
-                      f"fine-tuning work (this is {kind})")
+            ctx.error(
+                f.key_line(key),
+                f"{path}.{key}",
+                f"only used by training and fine-tuning work (this is {kind})",
+            )
     for key in ("weights", "kv_cache", "requests"):
         if f.has(key) and is_training:
-            ctx.error(f.key_line(key), f"{path}.{key}", f"only used by inference and "
-                      f"debugging work (this is {kind})")
+            ctx.error(
+                f.key_line(key),
+                f"{path}.{key}",
+                f"only used by inference and debugging work (this is {kind})",
+            )
     method = f.get("method", _choice(*METHODS), default="full") or "full"
     if kind == "training" and method != "full":
-        ctx.error(f.line("method"), f"{path}.method",
-                  f"got {method!r} (expected full: lora and qlora are fine-tuning methods)")
+        ctx.error(
+            f.line("method"),
+            f"{path}.method",
+            f"got {method!r} (expected full: lora and qlora are fine-tuning methods)",
+        )
     precision = f.get("precision", _choice(*PRECISIONS), default="mixed") or "mixed"
     optimizer = f.get("optimizer", _choice(*OPTIMIZERS), default="adamw") or "adamw"
     positive = _positive(_int, "a whole number")
@@ -308,14 +354,21 @@ def _parse_teams(ctx: Ctx, root: Fields, models: dict[str, ModelShape]) -> list[
             if w is None:
                 continue
             if w.name in seen:
-                ctx.error(iline, f"{ipath}.name", f"duplicate work name {w.name!r} in team "
-                          f"{name} (first at line {seen[w.name]})")
+                ctx.error(
+                    iline,
+                    f"{ipath}.name",
+                    f"duplicate work name {w.name!r} in team {name} (first at line {seen[w.name]})",
+                )
                 continue
             seen[w.name] = iline
             work.append(w)
         if items is not None and not items:
-            ctx.error(f.key_line("work"), f"{path}.work", "no work listed (expected at least "
-                      "one kind of work with kind, model and concurrent)")
+            ctx.error(
+                f.key_line("work"),
+                f"{path}.work",
+                "no work listed (expected at least "
+                "one kind of work with kind, model and concurrent)",
+            )
         teams.append(TeamSpec(name, tuple(work), growth, line))
     return teams
 
@@ -336,12 +389,12 @@ def _parse_cards_choice(ctx: Ctx, root: Fields, cards: dict[str, Card]) -> CardC
     default = card("default")
     chosen = {k: card(k) or default for k in ("train", "inference", "debug")}
     smaller = card("smaller")
-    return CardChoice(chosen["train"] or "", chosen["inference"] or "", chosen["debug"] or "",
-                      smaller)
+    return CardChoice(
+        chosen["train"] or "", chosen["inference"] or "", chosen["debug"] or "", smaller
+    )
 
 
-def _check_cards_cover(ctx: Ctx, root: Fields, choice: CardChoice, teams: list[TeamSpec]
-                       ) -> None:
+def _check_cards_cover(ctx: Ctx, root: Fields, choice: CardChoice, teams: list[TeamSpec]) -> None:
     """Every pool that has work needs a card."""
     chosen = {"train": choice.train, "inference": choice.inference, "debug": choice.debug}
     used = {POOL_OF_KIND[w.kind] for t in teams for w in t.workloads}
@@ -349,9 +402,14 @@ def _check_cards_cover(ctx: Ctx, root: Fields, choice: CardChoice, teams: list[T
     if missing:
         section = root.data.get("cards")
         line = section.line if isinstance(section, YMap) else root.data.line
-        ctx.error(line, "cards", "no card for pool(s) " + ", ".join(missing)
-                  + " that have work (expected default: <card> or one per pool: train, "
-                  "inference, debug)")
+        ctx.error(
+            line,
+            "cards",
+            "no card for pool(s) "
+            + ", ".join(missing)
+            + " that have work (expected default: <card> or one per pool: train, "
+            "inference, debug)",
+        )
 
 
 def _parse_racks(ctx: Ctx, root: Fields) -> Racks:
@@ -387,16 +445,30 @@ def _parse_settings(ctx: Ctx, root: Fields) -> Settings:
         g = Fields(ctx, growth_map, "growth", ("tasks", "horizon_months"))
         growth = g.get("tasks", _share, default=0.0)
         horizon = g.get("horizon_months", _positive(_int, "a number of months"), default=12)
-    return Settings(headroom if headroom is not None else 0.2,
-                    reserve if reserve is not None else 1024**3, growth or 0.0, horizon or 12)
+    return Settings(
+        headroom if headroom is not None else 0.2,
+        reserve if reserve is not None else 1024**3,
+        growth or 0.0,
+        horizon or 12,
+    )
 
 
-_TOP = ("organisation", "scheduler", "catalogues", "cards", "planning", "growth", "racks",
-        "models", "teams")
+_TOP = (
+    "organisation",
+    "scheduler",
+    "catalogues",
+    "cards",
+    "planning",
+    "growth",
+    "racks",
+    "models",
+    "teams",
+)
 
 
-def parse_plan_input(text: str, filename: str = "<string>",
-                     extra_catalogues: tuple[str | Path, ...] = ()) -> PlanInput:
+def parse_plan_input(
+    text: str, filename: str = "<string>", extra_catalogues: tuple[str | Path, ...] = ()
+) -> PlanInput:
     """Read a planning input; raises :class:`PlanError` listing every error."""
     ctx = Ctx(filename)
     data = _read_root(ctx, text, "planning input")
@@ -427,8 +499,9 @@ def parse_plan_input(text: str, filename: str = "<string>",
     errors = [i for i in ctx.issues if i.severity == "error"]
     if errors or choice is None:
         raise PlanError(sorted(errors, key=lambda i: i.line))
-    return PlanInput(organisation, tuple(teams), choice, racks, settings, scheduler,
-                     filename, cards)
+    return PlanInput(
+        organisation, tuple(teams), choice, racks, settings, scheduler, filename, cards
+    )
 
 
 def _str_list_of_paths(value: object) -> tuple[str, ...]:
@@ -439,8 +512,6 @@ def _str_list_of_paths(value: object) -> tuple[str, ...]:
     raise UnitError("a list of file names")
 
 
-def read_plan_file(path: str | Path, extra_catalogues: tuple[str | Path, ...] = ()
-                   ) -> PlanInput:
+def read_plan_file(path: str | Path, extra_catalogues: tuple[str | Path, ...] = ()) -> PlanInput:
     """:func:`parse_plan_input` on a file; an unreadable file is one error naming it."""
     return parse_plan_input(_read_text(Path(path)), str(path), extra_catalogues)
-
