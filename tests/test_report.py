@@ -366,6 +366,7 @@ def test_series_of_the_plots(report_doc: dict[str, Any]) -> None:
     assert s["util_histogram_gpu_hours"] == [0, 25, 0, 0, 0, 100, 0, 0, 10, 0]
     assert s["wait_median_per_day_s"][0] == 1800  # r1 0 s and r2 3600 s on day 1
     assert s["wait_median_per_day_s"][1] == 1800  # r3 on day 2 (29.5 h)
+    assert s["wait_p95_per_day_s"][:3] == [3600, 1800, None]  # nearest rank; none on day 3
 
 
 def test_no_power_in_heartbeats_is_said(tmp_path: Any) -> None:
