@@ -48,6 +48,20 @@ def target_shapes(
     return [(shape, count / cum) for shape, count in chosen]
 
 
+def target_drift(old: Sequence[tuple[Shape, float]], new: Sequence[tuple[Shape, float]]) -> float:
+    """How far apart two targets are: their total variation distance (0 the same, 1 disjoint).
+
+    Half the sum over every shape of either of the difference of its weights (a shape
+    missing from one weighs 0 there).
+    """
+    weights = dict(old)
+    diff = 0.0
+    for shape, p in new:
+        diff += abs(p - weights.pop(shape, 0.0))
+    diff += sum(abs(p) for p in weights.values())
+    return diff / 2.0
+
+
 class Workload:
     """Online shape popularity; ``version`` changes only when the target is republished."""
 

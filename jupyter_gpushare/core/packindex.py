@@ -55,7 +55,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from .fragmentation import FragTable, Shape, Workload
+from .fragmentation import FragTable, Shape, Workload, target_drift
 from .model import UNIT, Request
 from .packrows import NodeView, RowTable
 from .packscan import GRADIENT_STEP, STARVATION_WEIGHT, STEP_COARSEN, Scored, starvation_scale
@@ -117,6 +117,7 @@ class PoolIndex(ShortLists):
         self._cache = {}
         gpus = sum(len(ns.gpus) for ns in nodes)
         self.cpu_per_gpu = sum(ns.node.cpu_milli for ns in nodes) / gpus if gpus else 0.0
+        self.scale = 1.0  # of the starvation penalty (see retarget)
         self.weight = STARVATION_WEIGHT
         self.step = GRADIENT_STEP
         # the same gradients per (milli, count), keyed by signature * stride + CPU level
@@ -142,18 +143,34 @@ class PoolIndex(ShortLists):
             self.by_pos.append(view)
             self.refresh(view)
 
-    def retarget(self) -> None:
+    def retarget(self) -> bool:
         """A new target workload: a new table, and drop what was computed against the old.
+
+        Kept (returns False) while the learned workload has moved little since the table
+        in use was made: its target within ``RETARGET_MARGIN`` of the table's (total
+        variation, :func:`.fragmentation.target_drift`) and the starvation penalty's scale
+        within it too. A new target drops every memo and short list, and the first scan
+        of each shape after it reads every row that fits (the slowest decisions of a big
+        pool); a shuffled stream's mix settles early, so most checkpoints change nothing.
 
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
-        old, self.table = self.table, FragTable(self._target())
+        target = self._target()
         scale = starvation_scale(self.workload, self.cpu_per_gpu)
+        if (
+            self.table.shapes
+            and target_drift(self.table.shapes, target) < RETARGET_MARGIN
+            and abs(scale - self.scale) < RETARGET_MARGIN
+        ):
+            return False
+        old, self.table = self.table, FragTable(target)
+        self.scale = scale
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
         # the old table's memos too (every dict it holds)
         self._drop_memos(*(v for v in vars(old).values() if isinstance(v, dict)))
+        return True
 
     def _target(self) -> list[tuple[Shape, float]]:
         """The target workload of this pool: the learned shapes weighed by their scarcity."""
@@ -275,6 +292,10 @@ class PoolIndex(ShortLists):
 
 SCARCITY = True
 """Weigh learned shapes by their scarcity in the pool (:mod:`.scarcity`)."""
+
+RETARGET_MARGIN = 0.02
+"""How far (total variation of the target, and the starvation penalty's scale) the learned
+workload may move before a pool takes a new target (:meth:`PoolIndex.retarget`)."""
 
 _FREE_PER_DECISION = 500
 """Entries of dropped memos freed per decision (a new target drops tens of thousands)."""
