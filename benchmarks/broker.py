@@ -63,6 +63,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from broker_spread import arm_lines, ratio_lines  # noqa: E402
 from brokerkit import static_tokens  # noqa: E402
 from brokerpolicies import bench, bench_nodes  # noqa: E402
 from pgserver import PgServer, pg_missing_reason  # noqa: E402
@@ -188,9 +189,7 @@ class Conn:
         return status, json.loads(data) if data[:1] == b"{" else None
 
 
-def make_body(
-    rng: random.Random, i: int, whole_share: float, prefix: str = "u"
-) -> dict[str, Any]:
+def make_body(rng: random.Random, i: int, whole_share: float, prefix: str = "u") -> dict[str, Any]:
     team = f"t{rng.randrange(TEAMS)}"
     if rng.random() < whole_share:
         ask: dict[str, Any] = {"pool": "train", "gpu": {"count": 1}}
@@ -228,7 +227,12 @@ async def closed_loop(
 
 
 async def open_loop(
-    port: int, clients: int, seconds: float, rate: float, whole: float, release: bool,
+    port: int,
+    clients: int,
+    seconds: float,
+    rate: float,
+    whole: float,
+    release: bool,
     restarts: bool = False,
 ) -> dict[str, Any]:
     lat: list[float] = []
@@ -267,8 +271,13 @@ async def open_loop(
             late.append(time.perf_counter() - t0 - 0.001)
 
     await asyncio.gather(own_lag(), *(client(c) for c in range(clients)))
-    return {"achieved_per_s": len(lat) / seconds, "lat": lat, "granted": granted[0],
-            "late_p99": pct(late, 99), "times": times}
+    return {
+        "achieved_per_s": len(lat) / seconds,
+        "lat": lat,
+        "granted": granted[0],
+        "late_p99": pct(late, 99),
+        "times": times,
+    }
 
 
 def probe_switch(pid: int, lag_file: Path, on: bool, callbacks: bool = False) -> None:
@@ -285,9 +294,23 @@ def profiler(args: argparse.Namespace, pid: int, out: Path) -> subprocess.Popen[
         return None
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     return subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--nonblocking", "--rate", "200", "--format",
-         "raw", "--duration", str(int(args.seconds)), "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            spy,
+            "record",
+            "--pid",
+            str(pid),
+            "--nonblocking",
+            "--rate",
+            "200",
+            "--format",
+            "raw",
+            "--duration",
+            str(int(args.seconds)),
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -598,10 +621,17 @@ def run_one(
         use0 = thread_use(proc.pid)
         spy = profiler(args, proc.pid, tmp / f"pyspy-{name}.txt")
         try:
-            lat = asyncio.run(open_loop(
-                port, args.clients, args.seconds, args.rate, args.whole_share, args.release,
-                args.open_restarts,
-            ))
+            lat = asyncio.run(
+                open_loop(
+                    port,
+                    args.clients,
+                    args.seconds,
+                    args.rate,
+                    args.whole_share,
+                    args.release,
+                    args.open_restarts,
+                )
+            )
         finally:
             open_window = (since, time.time())
             if spy is not None:
@@ -799,23 +829,6 @@ def variants(
     return arms
 
 
-def spread(results: dict[str, dict[str, Any]]) -> None:
-    """Per arm over its --reps runs: median and range of admissions/s and p99 at the rate."""
-    by_arm: dict[str, list[dict[str, Any]]] = {}
-    for label, r in results.items():
-        by_arm.setdefault(" ".join(label.split()[:2]), []).append(r)
-    for arm, runs in by_arm.items():
-        if len(runs) < 2:
-            continue
-        parts = []
-        for key, what, fmt in (("throughput", "admissions/s", "{:.0f}"),
-                               ("rate", "achieved/s", "{:.0f}"), ("p99", "p99 ms", "{:.2f}")):
-            values = sorted(r[key] for r in runs)
-            parts.append(f"{what} {fmt.format(statistics.median(values))} "
-                         f"({fmt.format(values[0])}-{fmt.format(values[-1])})")
-        print(f"{arm}: median (min-max) of {len(runs)} runs: " + ", ".join(parts))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -956,8 +969,11 @@ def main() -> None:
             else:
                 raise SystemExit(f"--db: unknown database {name!r} (sqlite, postgresql)")
             try:
-                cached = args.seed_cache / f"seed-{args.grants}-{args.nodes}.sqlite" \
-                    if args.seed_cache and pg is None else None
+                cached = (
+                    args.seed_cache / f"seed-{args.grants}-{args.nodes}.sqlite"
+                    if args.seed_cache and pg is None
+                    else None
+                )
                 if cached is not None and cached.exists():
                     shutil.copyfile(cached, url.removeprefix("sqlite:///"))
                     seeded[name] = float("nan")
@@ -974,14 +990,16 @@ def main() -> None:
                     for arm, checkout, extra, driver in order:
                         label = f"{name} {arm}" + (f" {rep + 1}" if args.reps > 1 else "")
                         key = label.replace(" ", "-").replace("/", "-")
-                        db_url = copy_db(url, key, tmp, pg) if len(arms) > 1 or \
-                            args.reps > 1 else url
+                        db_url = (
+                            copy_db(url, key, tmp, pg) if len(arms) > 1 or args.reps > 1 else url
+                        )
                         if driver:
                             db_url = db_url.replace("+psycopg2://", f"+{driver}://")
                         print(f"{label}: running ...", flush=True)
                         results[label] = run_one(key, db_url, args, tmp, checkout, extra)
                         results[label]["seed_s"] = seeded[name]
                         results[label]["arm"] = (name, arm)
+                        results[label]["rep"] = rep + 1
             finally:
                 if pg is not None:
                     pg.stop()
@@ -990,8 +1008,11 @@ def main() -> None:
         f"\nbroker benchmark: {nodes} nodes, {args.grants} live grants, {args.clients} clients, "
         f"broker on one core, whole-GPU share {args.whole_share:.0%}, "
         + ("each grant released at once" if args.release else "grants kept (live count grows)")
-        + (", open loop restarts the closed loop's servers" if args.open_restarts
-           else ", open loop admits new servers")
+        + (
+            ", open loop restarts the closed loop's servers"
+            if args.open_restarts
+            else ", open loop admits new servers"
+        )
         + (f", broker (and its autogroup) and clients at nice {args.nice}" if args.nice else "")
         + (", SQLAlchemy writes (--legacy-sql)" if args.legacy_sql else "")
         + (
@@ -1072,14 +1093,20 @@ def main() -> None:
 
     print(f"{'':45}" + "".join(f"{n:>18}" for n in names + ratios))
     for label, key, fmt in rows:
-        print(f"{label:45}" + "".join(f"{fmt.format(results[n][key]):>18}" for n in names)
-              + "".join(f"{ratio(db, key):>18}" for db in ratios))
+        print(
+            f"{label:45}"
+            + "".join(f"{fmt.format(results[n][key]):>18}" for n in names)
+            + "".join(f"{ratio(db, key):>18}" for db in ratios)
+        )
     if args.baseline:
-        print(f"base: the broker of {args.baseline} (git archive), same seeded database "
-              "(a copy per arm), same clients, same run; ratios of the medians over --reps")
+        print(
+            f"base: the broker of {args.baseline} (git archive), same seeded database "
+            "(a copy per arm), same clients, same run; ratios of the medians over --reps"
+        )
     for n in names:
         print(f"{n} outcomes (closed loop): {results[n]['outcomes']}")
-    spread(results)
+    for line in arm_lines(results) + (ratio_lines(results) if args.baseline else []):
+        print(line)
     print("targets: p99 < 20 ms and >= 500 admissions/s on SQLite, one core")
     print(f"load average now: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs (shared machine?)")
 
