@@ -110,7 +110,7 @@ def test_a_new_database_is_the_tables_as_declared(fresh_sqlite: Engine) -> None:
     with fresh_sqlite.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     assert versions(fresh_sqlite) == (SCHEMA_VERSION, f"{SCHEMA_VERSION:04d}")
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
@@ -130,13 +130,13 @@ def test_a_newer_database_is_refused(how: str, tmp_path: Path) -> None:
     migrate(engine)
     with engine.begin() as conn:
         if how == "recorded":
-            conn.execute(text("UPDATE gpushare_schema SET version = 7"))
+            conn.execute(text("UPDATE gpushare_schema SET version = 8"))
         else:
-            conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
+            conn.execute(text("UPDATE alembic_version SET version_num = '0008'"))
     before = rows(engine), shape(engine)
     with pytest.raises(
         SchemaError,
-        match="database schema version 7 is newer than this broker's 6; upgrade jupyter-gpushare",
+        match="database schema version 8 is newer than this broker's 7; upgrade jupyter-gpushare",
     ):
         migrate(engine)
     assert (rows(engine), shape(engine)) == before
@@ -184,12 +184,13 @@ def test_upgrade_db_prints_what_it_did(tmp_path: Path, capsys: pytest.CaptureFix
     url = str(engine.url)
     assert main(["upgrade-db", "--db-url", url]) == 0
     out = capsys.readouterr().out
-    assert f"{url}: schema 4 -> 6" in out
+    assert f"{url}: schema 4 -> 7" in out
     assert "applied schema 5: nodes: the broker's own drain" in out
     assert "applied schema 6: grants: one record of how each grant ended" in out
-    assert current_version(engine) == 6
+    assert "applied schema 7: jobs: a submission's idempotency key" in out
+    assert current_version(engine) == 7
     assert main(["upgrade-db", "--db-url", url]) == 0
-    assert capsys.readouterr().out.strip() == f"{url}: schema 6, up to date (nothing to do)"
+    assert capsys.readouterr().out.strip() == f"{url}: schema 7, up to date (nothing to do)"
 
 
 def test_upgrade_db_refuses_a_newer_database(
@@ -201,7 +202,7 @@ def test_upgrade_db_refuses_a_newer_database(
     with engine.begin() as conn:
         conn.execute(text("UPDATE gpushare_schema SET version = 9"))
     assert main(["upgrade-db", "--db-url", str(engine.url)]) == 1
-    assert "database schema version 9 is newer than this broker's 6" in capsys.readouterr().err
+    assert "database schema version 9 is newer than this broker's 7" in capsys.readouterr().err
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
@@ -249,6 +250,6 @@ def test_a_failing_revision_leaves_postgres_at_the_one_before(
         with pytest.raises(RuntimeError, match="broken step"):
             migrate(engine, script_location=broken_scripts(tmp_path))
         assert_still_at_5(engine)
-        assert migrate(engine) == [6]  # the real revision then goes through
+        assert migrate(engine) == [6, 7]  # the real revisions then go through
     finally:
         engine.dispose()

@@ -35,12 +35,14 @@ def refused(exc: BaseException | None) -> bool:
     )
 
 
-def may_send_again(method: str, status: int, unsent: bool) -> bool:
-    """Whether a call that got ``status`` may be sent again: always when nothing was sent,
-    else only an idempotent method after a 502/503/504 (a POST is never sent twice)."""
+def may_send_again(method: str, status: int, unsent: bool, keyed: bool = False) -> bool:
+    """Whether a call that got ``status`` (503 also when the connection broke before the
+    answer) may be sent again: always when nothing was sent, else after a 502/503/504 for
+    an idempotent method or a body with an ``idempotency_key`` (the broker answers a
+    repeat with what the first made); a POST without one is never sent twice."""
     if unsent:
         return True
-    return status in RETRY_STATUSES and method.upper() in IDEMPOTENT_METHODS
+    return status in RETRY_STATUSES and (keyed or method.upper() in IDEMPOTENT_METHODS)
 
 
 def broker_base() -> str:
@@ -85,7 +87,8 @@ class JobsRelayHandler(ExtensionHandlerMixin, APIHandler):
         while True:
             status, data, got, unsent = await self._broker_once(
                 method, path, body, timeout, headers)
-            if not base or not may_send_again(method, status, unsent):
+            keyed = isinstance(body, dict) and bool(body.get("idempotency_key"))
+            if not base or not may_send_again(method, status, unsent, keyed):
                 return status, data, got
             if time.monotonic() + delay > deadline:
                 return status, data, got

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -54,6 +55,8 @@ class JobsHandler(JobsRelayHandler):
             return
         out = {k: body[k] for k in FIELDS if k in body}
         out.update(notebook=nb["content"], name=nb["name"], path=nb["path"])
+        # sent again after a broker that died before answering: it finds the job made
+        out["idempotency_key"] = f"lab-{uuid.uuid4().hex}"
         await self.relay("POST", "/jobs", out)
 
     @web.authenticated

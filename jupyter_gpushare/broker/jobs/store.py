@@ -56,6 +56,7 @@ class Job:
     updated_at: float = 0.0
     started_at: float | None = None
     ended_at: float | None = None
+    idempotency_key: str | None = None  # the submitter's, to find the job when it asks again
 
     @property
     def terminal(self) -> bool:
@@ -74,7 +75,7 @@ class Job:
             "preempt_signalled": self.preempt_signalled,
             "cancel_requested": self.cancel_requested, "created_at": self.created_at,
             "updated_at": self.updated_at, "started_at": self.started_at,
-            "ended_at": self.ended_at,
+            "ended_at": self.ended_at, "idempotency_key": self.idempotency_key,
         }
         return out
 
@@ -93,6 +94,7 @@ class Job:
             preempt_signalled=bool(m["preempt_signalled"]),
             cancel_requested=bool(m["cancel_requested"]), created_at=m["created_at"],
             updated_at=m["updated_at"], started_at=m["started_at"], ended_at=m["ended_at"],
+            idempotency_key=m["idempotency_key"],
         )
 
 
@@ -192,6 +194,15 @@ class JobStore:
         with self.engine.connect() as conn:
             row = conn.execute(select(jobs_table).where(jobs_table.c.id == job_id)).first()
         return Job.from_row(row) if row else None
+
+    def find_idempotent(self, user: str, key: str) -> Job | None:
+        """The job ``user`` submitted with idempotency key ``key``, if any."""
+        c = jobs_table.c
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(jobs_table).where(c.username == user, c.idempotency_key == key)
+            ).first()
+        return (self.live.get(row.id) or Job.from_row(row)) if row else None
 
     def recent(self, user: str | None = None, limit: int = 200) -> list[Job]:
         query = select(jobs_table).order_by(jobs_table.c.created_at.desc()).limit(limit)

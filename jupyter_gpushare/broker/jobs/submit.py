@@ -7,6 +7,10 @@ failure is a :class:`~.errors.BrokerError` naming the field and nothing is writt
 the batch request goes through the broker's own admission (:meth:`Broker.submit`): a
 refusal (the debug pool never queues, a budget is spent) is answered 409 and stores no
 job; queued or granted, the job is written in one transaction.
+
+A submission may carry an ``idempotency_key`` (what the lab's server sends): sent again
+after its answer was lost (a broker killed after storing the job), it is answered with the
+job it made (200) and makes nothing new.
 """
 
 from __future__ import annotations
@@ -262,6 +266,11 @@ def submit_job(
     server: str, body: dict[str, Any], body_bytes: int,
 ) -> tuple[int, dict[str, Any]]:
     """Validate, admit and store a job; (HTTP status, answer)."""
+    key = idempotency_key(body)
+    if key is not None:
+        earlier = manager.store.find_idempotent(user, key)
+        if earlier is not None:  # a retry of a submission that was stored: the same job
+            return 200, job_view(manager, earlier)
     job, request, text = build_job(
         manager, user=user, user_teams=user_teams, is_admin=is_admin, server=server,
         body=body, body_bytes=body_bytes,
@@ -284,9 +293,18 @@ def submit_job(
         history.append(("queued", "admitted", job.reason))
     else:
         job.reason = answer["reason"]
+    job.idempotency_key = key
     manager.store.insert(job, text, history)
     manager.wake.set()
     return 201, job_view(manager, job, answer)
+
+
+def idempotency_key(body: dict[str, Any]) -> str | None:
+    """The submission's ``idempotency_key``: 1-255 printable ASCII characters, or none."""
+    key = _opt_str(body, "idempotency_key")
+    if key is not None and not (key and key.isascii() and key.isprintable()):
+        raise _field("idempotency_key", "idempotency_key must be 1-255 printable ASCII characters")
+    return key
 
 
 def take_rate_token(manager: JobManager, user: str) -> None:

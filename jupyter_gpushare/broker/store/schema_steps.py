@@ -60,6 +60,14 @@ def node_broker_drain(conn: Connection) -> None:
     add_missing_column(conn, nodes_table.name, nodes_table.c.broker_drain)
 
 
+def job_idempotency(conn: Connection) -> None:
+    """jobs: the submission's idempotency key, unique per user."""
+    add_missing_column(conn, jobs_table.name, jobs_table.c.idempotency_key)
+    next(i for i in jobs_table.indexes if i.name == "uq_gpushare_jobs_idem").create(
+        conn, checkfirst=True
+    )
+
+
 def grant_end(conn: Connection) -> None:
     """The end record of grants; old closed rows get the kind their reason text says
     (``preempted: ...`` and the like) and, if preempted, the request (and its team) their

@@ -178,8 +178,11 @@ jobs_table = Table(
     Column("updated_at", Float, nullable=False),
     Column("started_at", Float, nullable=True),
     Column("ended_at", Float, nullable=True),
+    # a submission sent again (its answer was lost with a broker that died) finds its job
+    Column("idempotency_key", String(255), nullable=True),
     Index("ix_gpushare_jobs_state", "state"),
     Index("ix_gpushare_jobs_user", "username", "created_at"),
+    Index("uq_gpushare_jobs_idem", "username", "idempotency_key", unique=True),
 )
 
 job_notebooks_table = Table(
