@@ -246,10 +246,7 @@ class JobManager(JobOutcomes):
             self._cancel_queued(job)
             return job
         if job.state is JobState.ADMITTED and job.id not in self.busy:
-            self.release_grant(job, "job cancelled")
-            self.store.transition(
-                job, JobState.CANCELLED, "cancelled before it started", grant_id=None
-            )
+            self.starter.cancel_admitted(job)
             return job
         now = self.broker.clock()
         self.store.note(

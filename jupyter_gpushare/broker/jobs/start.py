@@ -70,10 +70,7 @@ class JobStarter:
             m.ask_again(job, job.attempt, "its grant was released before it started")
             return
         if job.cancel_requested:
-            m.release_grant(job, "job cancelled")
-            m.store.transition(
-                job, JobState.CANCELLED, "cancelled before it started", grant_id=None
-            )
+            self.cancel_admitted(job)
             return
         try:
             with m.busy.holding(job.id):
@@ -97,6 +94,13 @@ class JobStarter:
             return
         assert handle is not None  # submitted, since not refused
         await self._running(job, handle)
+
+    def cancel_admitted(self, job: Job) -> None:
+        """An admitted job cancelled before its run started: its grant is released."""
+        self.manager.release_grant(job, "job cancelled")
+        self.manager.store.transition(
+            job, JobState.CANCELLED, "cancelled before it started", grant_id=None
+        )
 
     def _fail(self, job: Job, release: str, reason: str, *, summary: str | None = None) -> None:
         """The run did not start: release the grant, fail the job with ``reason``."""
