@@ -48,3 +48,10 @@ def test_a_one_line_organisation_heads_a_clean_draft_policy() -> None:
     text = draft_policy(plan)
     assert text.startswith("# Draft policy for Acme Research, written by")
     assert check_policy(text, "draft.yaml").errors == []
+
+
+def test_a_work_that_is_no_list_is_refused_with_its_line() -> None:
+    text = INPUT.format(organisation="Acme").replace(
+        "    work:\n      - {kind: inference, model: llama-2-7b, concurrent: 1}\n", "    work: 5\n"
+    )
+    assert _errors(text) == ["teams.yaml:6: teams.a.work: got 5 (expected a list)"]

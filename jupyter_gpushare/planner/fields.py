@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from ..policy import YList, YMap
-from ..policy.fields import as_map, join, unknown_ref
+from ..policy.fields import as_list, as_map, join, unknown_ref
 from ..policy.issues import Collector
 from ..policy.schema_value import _bool as boolean
 from ..policy.schema_value import _text as text
@@ -150,13 +150,7 @@ class Fields:
             if required:
                 self.missing(key)
             return None
-        value = self.data[key]
-        if isinstance(value, YList):
-            return value
-        self.ctx.error(
-            self.line(key), join(self.path, key), f"got {describe(value)} (expected a list)"
-        )
-        return None
+        return as_list(self.ctx, self.data[key], self.line(key), join(self.path, key))
 
     def entries(self, key: str) -> builtins.list[tuple[str, YMap, int, str]]:
         """Items of a mapping of mappings: (name, body, key line, path)."""
