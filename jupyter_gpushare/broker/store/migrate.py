@@ -28,7 +28,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, event, inspect, select
+from sqlalchemy import Connection, Engine, event, inspect, select, text
 
 from .tables import schema_table
 
@@ -75,7 +75,14 @@ def _recorded_version(conn: Connection) -> int | None:
 
 
 def _alembic_revision(conn: Connection) -> str | None:
-    return MigrationContext.configure(conn).get_current_revision()
+    """The revision in Alembic's version table, read directly (Alembic's own reader logs two
+    INFO lines at every broker start); None without the table or its row."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:  # several heads: Alembic's reader says what is wrong
+        return MigrationContext.configure(conn).get_current_revision()
+    return str(rows[0]) if rows else None
 
 
 def record_version(conn: Connection, step: MigrationInfo, applied: list[int]) -> None:
@@ -186,6 +193,8 @@ def migrate(engine: Engine, *, script_location: Path | None = None) -> list[int]
                 f"database schema version {max(current, recorded)} is newer than this broker's "
                 f"{known[-1]}; upgrade jupyter-gpushare"
             )
+        if recorded == known[-1] and revision == revision_of(known[-1]):
+            return []  # at the head: nothing for Alembic to do (and nothing to log)
         config = _config(conn, location)
         if revision is None and recorded:
             log.info(
