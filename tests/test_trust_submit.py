@@ -243,7 +243,7 @@ async def _preempted(app: Any, **body: Any) -> Job:
 async def test_a_requeue_resets_the_attempt_and_grant_and_keeps_the_rest(app: Any) -> None:
     job = await _preempted(app)
     before = dataclasses.replace(job)
-    app.jobs._requeue_or_fail(job)  # no await before the checks: the job loop cannot run
+    app.jobs.outcomes.requeue_or_fail(job)  # no await before the checks: the job loop cannot run
     for seen in (job, _db_job(app, job.id)):
         assert seen.attempt == before.attempt + 1 == 2
         assert seen.state is JobState.QUEUED and "attempt 2" in seen.reason
@@ -269,7 +269,7 @@ async def test_a_requeue_at_max_attempts_fails_instead(tmp_path: Path) -> None:
     try:
         job = await _preempted(app)
         app.jobs.store.update(job, attempt=2)  # its last attempt was preempted
-        app.jobs._requeue_or_fail(job)
+        app.jobs.outcomes.requeue_or_fail(job)
         assert job.state is JobState.FAILED and "max_attempts" in job.reason
         assert _db_job(app, job.id).state is JobState.FAILED
         assert may_requeue(1, 2) and not may_requeue(2, 2)

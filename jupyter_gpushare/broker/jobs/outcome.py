@@ -1,6 +1,6 @@
 """How a batch job's run ends in the broker: its outcome, its grant, and asking again.
 
-:class:`JobOutcomes` is the part of :class:`~.runner.JobManager` that writes what
+:class:`JobOutcomes`, a collaborator of :class:`~.runner.JobManager`, writes what
 happened once a run is over, or once its grant is gone:
 
 * :meth:`~JobOutcomes.settle`: a run ended; its grant is released and the job's final
@@ -23,29 +23,26 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from ...backends.base import JobBackend, RunStatus
+from ...backends.base import RunStatus
 from ...core.jobs import JobState, final_state, may_requeue
 from ...core.model import UNIT
 from ..service.ids import new_id
 from ..store.db import grants_table
 from ..store.serial import spec_to_request
-from .node_return import NodeReturn
-from .settings import JobSettings
-from .store import Job, JobStore
+from .store import Job
 
 if TYPE_CHECKING:
-    from ..service.broker import Broker
+    from .runner import JobManager
 
 log = logging.getLogger("gpushare.broker.jobs")
 
 
-class JobOutcomes(JobSettings):
-    """The outcome of a job's run: settle it, release its grant, requeue or fail it."""
+class JobOutcomes:
+    """The outcome of a job's run: settle it, release its grant, requeue or fail it (for
+    its :class:`~.runner.JobManager`, whose settings say how many attempts and jobs)."""
 
-    broker: Broker
-    backend: JobBackend
-    store: JobStore
-    node_return: NodeReturn
+    def __init__(self, manager: JobManager) -> None:
+        self.manager = manager
 
     def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None:
         """A run ended: release its grant and write the job's outcome (``drain``: decide
@@ -87,7 +84,7 @@ class JobOutcomes(JobSettings):
         hours = self.release_grant(
             job, f"job {state.value}", drain=drain and state is not JobState.PREEMPTED
         )
-        self.store.transition(
+        self.manager.store.transition(
             job,
             state,
             reason,
@@ -96,8 +93,8 @@ class JobOutcomes(JobSettings):
             grant_id=None,
         )
         if state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
-            for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
-                self.backend.forget(old)
+            for old in self.manager.store.prune(job.user, self.manager.max_jobs_kept_per_user):
+                self.manager.backend.forget(old)
 
     def _node_failed(self, job: Job, status: RunStatus, *, drain: bool) -> None:
         """The run's node was lost (the backend says so, e.g. Slurm NODE_FAIL): drain the
@@ -106,17 +103,17 @@ class JobOutcomes(JobSettings):
         attempt, placed elsewhere; fail the others with the backend's reason."""
         node = str(status.node_failed)
         why = (status.error or {}).get("summary") or f"its node {node} failed"
-        known = self.broker.state.nodes.get(node)
+        known = self.manager.broker.state.nodes.get(node)
         if known is not None and not known.cordoned:
-            self.broker.set_cordon(node, True, broker_drain=why[:300])
-            self.node_return.drained(node)
+            self.manager.broker.set_cordon(node, True, broker_drain=why[:300])
+            self.manager.node_return.drained(node)
             log.warning("node %s drained: a job's run was lost with it (%s)", node, why)
-        checkpoints = job.checkpoint and may_requeue(job.attempt, self.max_attempts)
+        checkpoints = job.checkpoint and may_requeue(job.attempt, self.manager.max_attempts)
         hours = self.release_grant(
             job, f"job's node {node} failed", drain=drain and not checkpoints
         )
         if checkpoints:
-            self.store.note(
+            self.manager.store.note(
                 job, f"{why}; node {node} drained", grant_id=None, gpu_hours=job.gpu_hours + hours
             )
             self.ask_again(
@@ -126,7 +123,7 @@ class JobOutcomes(JobSettings):
                 f"(attempt {job.attempt + 1}); resumes from its checkpoint dir",
             )
             return
-        self.store.transition(
+        self.manager.store.transition(
             job,
             JobState.FAILED,
             why,
@@ -134,19 +131,19 @@ class JobOutcomes(JobSettings):
             grant_id=None,
             gpu_hours=job.gpu_hours + hours,
         )
-        for old in self.store.prune(job.user, self.max_jobs_kept_per_user):
-            self.backend.forget(old)
+        for old in self.manager.store.prune(job.user, self.manager.max_jobs_kept_per_user):
+            self.manager.backend.forget(old)
 
     def release_grant(self, job: Job, reason: str, *, drain: bool = True) -> float:
         """Release the job's grant if it still lives; the GPU-hours of this attempt."""
-        now = self.broker.clock()
-        grant = self.broker.state.grants.get(job.grant_id or "")
+        now = self.manager.broker.clock()
+        grant = self.manager.broker.state.grants.get(job.grant_id or "")
         if grant is not None:
-            self.broker.release(grant.id, f"released: {reason}", drain=drain)
+            self.manager.broker.release(grant.id, f"released: {reason}", drain=drain)
             return grant.units_milli / UNIT * max(0.0, now - grant.granted_at) / 3600.0
         if not job.grant_id:
             return 0.0
-        with self.broker.engine.connect() as conn:
+        with self.manager.broker.engine.connect() as conn:
             row = conn.execute(
                 select(
                     grants_table.c.units_milli,
@@ -163,21 +160,21 @@ class JobOutcomes(JobSettings):
         """Why the grant ended (or is being preempted): its notice, else its end record."""
         if not grant_id:
             return None
-        info = self.broker.preempt_info.get(grant_id)
+        info = self.manager.broker.preempt_info.get(grant_id)
         if info:
             return info[0]
-        with self.broker.engine.connect() as conn:
+        with self.manager.broker.engine.connect() as conn:
             return conn.execute(
                 select(grants_table.c.release_reason).where(grants_table.c.id == grant_id)
             ).scalar()
 
-    def _requeue_or_fail(self, job: Job) -> None:
-        if job.grant_id and job.grant_id in self.broker.state.grants:
+    def requeue_or_fail(self, job: Job) -> None:
+        if job.grant_id and job.grant_id in self.manager.broker.state.grants:
             self.release_grant(job, "job preempted", drain=False)
             return  # asked again on the next pass, after the preemptor got its grant
         if job.cancel_requested:
-            self.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
-        elif may_requeue(job.attempt, self.max_attempts):
+            self.manager.store.transition(job, JobState.CANCELLED, "cancelled while preempted")
+        elif may_requeue(job.attempt, self.manager.max_attempts):
             self.ask_again(
                 job,
                 job.attempt + 1,
@@ -185,7 +182,7 @@ class JobOutcomes(JobSettings):
                 f"(attempt {job.attempt + 1}); resumes from its checkpoint dir",
             )
         else:
-            self.store.transition(
+            self.manager.store.transition(
                 job,
                 JobState.FAILED,
                 f"preempted {job.attempt} times (max_attempts)",
@@ -203,9 +200,9 @@ class JobOutcomes(JobSettings):
             preempt_signalled=False,
         )
         if job.state is JobState.QUEUED:
-            self.store.note(job, reason, **changes)
+            self.manager.store.note(job, reason, **changes)
         else:
-            self.store.transition(job, JobState.QUEUED, reason, **changes)
-        view = self.broker.submit(spec_to_request(spec))
+            self.manager.store.transition(job, JobState.QUEUED, reason, **changes)
+        view = self.manager.broker.submit(spec_to_request(spec))
         if view["status"] == "refused":
-            self.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
+            self.manager.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")

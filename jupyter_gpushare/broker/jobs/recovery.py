@@ -14,6 +14,7 @@ from ...backends.base import JobBackend, RunHandle, RunStatus
 from ...core.jobs import JobState, Verdict, restart_verdict
 from ...core.model import Grant
 from ..service.broker import Broker
+from .outcome import JobOutcomes
 from .store import Job, JobStore, handle_of
 
 log = logging.getLogger("gpushare.broker.jobs")
@@ -26,13 +27,11 @@ class Recovering(Protocol):
     backend: JobBackend
     store: JobStore
     max_attempts: int
+    outcomes: JobOutcomes
 
     async def call_backend(self, fn: Any, *args: Any) -> Any: ...
     def batch_grants(self) -> dict[str, Grant]: ...
     async def kill_for_lost_grant(self, job: Job) -> None: ...
-    def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None: ...
-    def release_grant(self, job: Job, reason: str, *, drain: bool = True) -> float: ...
-    def ask_again(self, job: Job, attempt: int, reason: str) -> None: ...
 
 
 async def recover(manager: Recovering) -> list[str]:
@@ -48,8 +47,13 @@ async def recover(manager: Recovering) -> list[str]:
         handle = handle_of(job) or RunHandle(manager.backend.name, job.id, job.attempt)
         status: RunStatus = await manager.call_backend(manager.backend.poll, handle)
         verdict = restart_verdict(
-            job.state, status.started, status.alive, status.finished, job.checkpoint,
-            job.attempt, manager.max_attempts,
+            job.state,
+            status.started,
+            status.alive,
+            status.finished,
+            job.checkpoint,
+            job.attempt,
+            manager.max_attempts,
         )
         live = job.grant_id in manager.broker.state.grants or job.request_id in grants
         changes.append(f"job {job.id} ({job.state.value}): {verdict.value}")
@@ -58,7 +62,9 @@ async def recover(manager: Recovering) -> list[str]:
         if job.state is JobState.ADMITTED:
             # it started before the broker died but was not recorded as running
             manager.store.transition(
-                job, JobState.RUNNING, "found running after a broker restart",
+                job,
+                JobState.RUNNING,
+                "found running after a broker restart",
                 handle=dict(handle.to_json(), started_at=manager.broker.clock()),
             )
         if verdict is Verdict.REATTACH:
@@ -66,17 +72,23 @@ async def recover(manager: Recovering) -> list[str]:
             if not live:
                 await manager.kill_for_lost_grant(job)
         elif verdict is Verdict.FINISH:
-            manager.settle(job, status)
+            manager.outcomes.settle(job, status)
         elif verdict is Verdict.REQUEUE:
-            manager.release_grant(job, "job died while the broker was down", drain=False)
-            manager.ask_again(job, job.attempt + 1, "its process ended while the broker was "
-                            "down, without a result: requeued (it checkpoints)")
+            manager.outcomes.release_grant(job, "job died while the broker was down", drain=False)
+            manager.outcomes.ask_again(
+                job,
+                job.attempt + 1,
+                "its process ended while the broker was "
+                "down, without a result: requeued (it checkpoints)",
+            )
         else:
-            hours = manager.release_grant(job, "job died while the broker was down")
+            hours = manager.outcomes.release_grant(job, "job died while the broker was down")
             manager.store.transition(
-                job, JobState.FAILED,
+                job,
+                JobState.FAILED,
                 "its process ended while the broker was down, without a result",
-                gpu_hours=job.gpu_hours + hours, grant_id=None,
+                gpu_hours=job.gpu_hours + hours,
+                grant_id=None,
                 error={"summary": "the job's process ended while the broker was down"},
             )
     for line in changes:

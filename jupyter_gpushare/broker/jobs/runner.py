@@ -37,6 +37,7 @@ from .node_return import NodeReturn
 from .outcome import JobOutcomes
 from .recovery import recover
 from .retention import TERMINAL_VALUES, JobRetention
+from .settings import JobSettings
 from .start import JobStarter
 from .store import Job, JobStore, handle_of
 from .watch import RunWatcher
@@ -52,10 +53,11 @@ STOP_TRIES = 10  # cancels stop() sends, a second apart, before it gives up wait
 RETENTION_STOP_WAIT_S = 60.0  # how long stop() waits for a retention pass still in its thread
 
 
-class JobManager(JobOutcomes):
-    """Owner of batch jobs: their store, their runs on the backend and their grants
-    (how a run's end is written: :class:`~.outcome.JobOutcomes`; how a run starts:
-    :class:`~.start.JobStarter`; how running ones are watched: :class:`~.watch.RunWatcher`)."""
+class JobManager(JobSettings):
+    """Owner of batch jobs: their store, their runs on the backend and their grants; its
+    collaborators start runs (:class:`~.start.JobStarter`), watch running ones
+    (:class:`~.watch.RunWatcher`), write how a run ended (:class:`~.outcome.JobOutcomes`)
+    and keep finished jobs as long as the settings say (:class:`~.retention.JobRetention`)."""
 
     def __init__(self, broker: Broker, backend: JobBackend | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -65,6 +67,7 @@ class JobManager(JobOutcomes):
         self.store = JobStore(broker.engine, broker.clock)
         self.wake = asyncio.Event()
         self.busy = BusyJobs()  # jobs with a backend call in flight
+        self.outcomes = JobOutcomes(self)
         self.starter = JobStarter(self)
         self.watcher = RunWatcher(self)
         self.retainer = JobRetention(self)
@@ -187,7 +190,7 @@ class JobManager(JobOutcomes):
             elif job.state is JobState.ADMITTED:
                 self._spawn(self.starter.start(job))
             elif job.state is JobState.PREEMPTED:
-                self._requeue_or_fail(job)
+                self.outcomes.requeue_or_fail(job)
             elif job.state is JobState.RUNNING and self._still_held(job):
                 running.append(job)
         if running:

@@ -47,9 +47,9 @@ class JobStarter:
             m.store.transition(job, JobState.FAILED, f"refused: {view['reason']}")
         elif view is not None and view["status"] == "granted" and view.get("grant_id"):
             # granted and released again before the job started (e.g. reconcile)
-            m.ask_again(job, job.attempt, "its grant was released before it started")
+            m.outcomes.ask_again(job, job.attempt, "its grant was released before it started")
         else:
-            m.ask_again(job, job.attempt, "its request was lost: asked again")
+            m.outcomes.ask_again(job, job.attempt, "its request was lost: asked again")
 
     def _admit(self, job: Job, grant: Grant) -> None:
         self.manager.store.transition(
@@ -67,7 +67,7 @@ class JobStarter:
         m = self.manager
         grant = m.broker.state.grants.get(job.grant_id or "")
         if grant is None:
-            m.ask_again(job, job.attempt, "its grant was released before it started")
+            m.outcomes.ask_again(job, job.attempt, "its grant was released before it started")
             return
         if job.cancel_requested:
             self.cancel_admitted(job)
@@ -97,14 +97,14 @@ class JobStarter:
 
     def cancel_admitted(self, job: Job) -> None:
         """An admitted job cancelled before its run started: its grant is released."""
-        self.manager.release_grant(job, "job cancelled")
+        self.manager.outcomes.release_grant(job, "job cancelled")
         self.manager.store.transition(
             job, JobState.CANCELLED, "cancelled before it started", grant_id=None
         )
 
     def _fail(self, job: Job, release: str, reason: str, *, summary: str | None = None) -> None:
         """The run did not start: release the grant, fail the job with ``reason``."""
-        self.manager.release_grant(job, release)
+        self.manager.outcomes.release_grant(job, release)
         self.manager.store.transition(
             job, JobState.FAILED, reason, grant_id=None, error={"summary": summary or reason}
         )

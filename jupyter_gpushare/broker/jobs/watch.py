@@ -52,7 +52,7 @@ class RunWatcher:
             if status.alive or status.alive is None:
                 await self._still_running(job, status, over, now)
                 continue
-            m.settle(job, status, drain=False)
+            m.outcomes.settle(job, status, drain=False)
             pools.add(job.pool)
         for pool in sorted(pools):  # one pass over the queue for all the runs that ended
             m.broker.drain_queue(pool)
@@ -176,7 +176,7 @@ class RunWatcher:
         handle = handle_of(job)
         if handle is not None:
             await m.call_backend(m.backend.kill, handle)
-        why = m.release_reason(job.grant_id) or "released"
+        why = m.outcomes.release_reason(job.grant_id) or "released"
         m.store.note(job, f"its grant was released ({why}): stopped", preempt_signalled=True)
 
     async def preempt_now(self, grant: Grant, reason: str) -> None:
@@ -193,7 +193,7 @@ class RunWatcher:
         with m.busy.holding(job.id):
             status = await self._kill_and_wait(handle)
         if job.state is JobState.RUNNING:
-            m.settle(job, replace(status, alive=False))
+            m.outcomes.settle(job, replace(status, alive=False))
 
     async def _kill_and_wait(self, handle: RunHandle) -> RunStatus:
         """SIGKILL the run and poll until it ends (at most ``KILL_POLLS`` times)."""
