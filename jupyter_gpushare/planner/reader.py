@@ -1,4 +1,5 @@
-"""Read a planning input (``TEAMS.yaml``) and card catalogues, with line-precise errors.
+"""Read a planning input (``TEAMS.yaml``), with line-precise errors (its card catalogues:
+:mod:`.catalogue`; the converters of its values: :mod:`.units`).
 
 It reuses the policy loader's YAML-with-line-numbers reader and its field helpers, so a
 planning input fails the way a policy file does: every problem at once, each naming the
@@ -8,12 +9,18 @@ an example, in ``hub_config/plan-example.yaml``.
 
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
 
-from ..policy import PolicyError, PolicyIssue, YList, YMap
-from ..policy_units import UnitError, parse_memory_mib, parse_ratio
+from ..policy import YList, YMap
+from ..policy_units import UnitError
+from .catalogue import (
+    CATALOGUE,
+    PlanError,
+    load_catalogue,
+    parse_catalogue,
+    parse_models,
+    read_text,
+)
 from .fields import Ctx, Fields, as_map, read_root, unknown_ref
 from .fields import boolean as _bool
 from .fields import choice as _choice
@@ -37,197 +44,22 @@ from .model import (
     TeamSpec,
     Workload,
 )
+from .units import NAME as _NAME
+from .units import compute_share as _compute
+from .units import headroom as _headroom
+from .units import memory_bytes as _bytes
+from .units import name as _name
+from .units import share as _share
+from .units import watts as _watts
 
-CATALOGUE = Path(__file__).with_name("cards.yaml")
-"""The bundled card catalogue."""
-
-__all__ = ["CATALOGUE", "PlanError", "load_catalogue", "parse_plan_input", "read_plan_file"]
-
-PlanError = PolicyError
-"""Errors in a planning input or catalogue (the policy loader's error type: every issue)."""
-
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kKmMbBtT]?)\s*$")
-_COUNT_FACTORS = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
-_POWER = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(W|kW|MW)?\s*$", re.IGNORECASE)
-_POWER_FACTORS = {"": 1.0, "w": 1.0, "kw": 1e3, "mw": 1e6}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-
-
-# ----------------------------------------------------------------------- converters
-
-
-def _param_count(value: object) -> float:
-    """7B, 6.74B, 350M, 1.5e9 or a plain number of parameters."""
-    expected = "a parameter count such as 7B, 6.74B, 350M or 1.5e9"
-    return _scaled_number(value, _COUNT, _COUNT_FACTORS, expected, plain_text=True)
-
-
-def _watts(value: object) -> float:
-    """700W, 17kW, 0.7kW or a plain number of watts."""
-    expected = "a power such as 700W, 17kW or a number of watts"
-    return _scaled_number(value, _POWER, _POWER_FACTORS, expected)
-
-
-def _scaled_number(
-    value: object,
-    pattern: re.Pattern[str],
-    factors: dict[str, float],
-    expected: str,
-    *,
-    plain_text: bool = False,
-) -> float:
-    """A finite number above 0: a number, or a text ``<number><suffix>`` matching
-    ``pattern`` and scaled by the suffix's factor (``plain_text``: or any number as text,
-    such as 1.5e9); otherwise :class:`UnitError` with ``expected``."""
-    number: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = _as_float(value)
-    elif isinstance(value, str):
-        match = pattern.match(value)
-        if match:
-            number = float(match.group(1)) * factors[(match.group(2) or "").lower()]
-        if plain_text and (number is None or number <= 0):
-            number = _as_float(value.strip())
-    if number is None or not math.isfinite(number) or number <= 0:
-        raise UnitError(expected)
-    return number
-
-
-def _as_float(value: object) -> float | None:
-    """``float(value)``, or ``None`` for a text that is no number or an integer too large
-    for a float."""
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (ValueError, OverflowError):
-        return None
-
-
-def _bytes(value: object) -> int:
-    """A memory size (policy units) in bytes."""
-    mib = parse_memory_mib(value)
-    if mib <= 0:
-        raise UnitError("a memory size greater than 0 such as 8GiB")
-    return mib * 1024 * 1024
-
-
-def _share(value: object) -> float:
-    ratio = parse_ratio(value, "a share such as 20%, 0.2 or 1/5")
-    return float(ratio)
-
-
-def _headroom(value: object) -> float:
-    share = _share(value)
-    if share >= 0.9:
-        raise UnitError("a share below 90% such as 20%")
-    return share
-
-
-def _compute(value: object) -> float:
-    share = _share(value)
-    if share <= 0 or share > 1:
-        raise UnitError("a share of one card's compute, above 0 and at most 100%")
-    return share
-
-
-def _name(value: object) -> str:
-    text = _str(value)
-    if not _NAME.match(text):
-        raise UnitError("a name of letters, digits, '.', '_' and '-'")
-    return text
-
-
-# ---------------------------------------------------------------------- catalogue
-
-
-def _parse_cards(ctx: Ctx, root: Fields, out: dict[str, Card]) -> None:
-    keys = ("vendor", "model", "memory", "bf16_tflops", "power_w", "form", "source", "verified")
-    for name, body, _line, path in root.entries("cards"):
-        f = Fields(ctx, body, path, keys)
-        vendor = f.get("vendor", _name, required=True)
-        model = f.get("model", _str, required=True)
-        memory = f.get("memory", _bytes, required=True)
-        tflops = f.get("bf16_tflops", _positive_float, required=True)
-        power = f.get("power_w", _watts, required=True)
-        form = f.get("form", _choice("sxm", "oam", "pcie"), default="pcie") or "pcie"
-        source = f.get("source", _str, default="") or ""
-        verified = f.get("verified", _bool, default=True)
-        if vendor is None or model is None or memory is None or tflops is None or power is None:
-            continue
-        card = Card(
-            name, vendor.lower(), model, memory, tflops, power, form, source, bool(verified)
-        )
-        out[name] = card
-
-
-def _positive_float(value: object) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = _as_float(value)
-        if number is not None and math.isfinite(number) and number > 0:
-            return number
-    raise UnitError("a finite number greater than 0")
-
-
-def _parse_models(ctx: Ctx, root: Fields, out: dict[str, ModelShape]) -> None:
-    keys = ("params", "layers", "hidden", "heads", "kv_heads", "source")
-    for name, body, _line, path in root.entries("models"):
-        f = Fields(ctx, body, path, keys)
-        params = f.get("params", _param_count, required=True)
-        layers = f.get("layers", _positive(_int, "a whole number"), required=True)
-        hidden = f.get("hidden", _positive(_int, "a whole number"), required=True)
-        heads = f.get("heads", _positive(_int, "a whole number"), required=True)
-        kv_heads = f.get("kv_heads", _positive(_int, "a whole number"), default=heads)
-        source = f.get("source", _str, default="") or ""
-        if params is None or layers is None or hidden is None or heads is None or not kv_heads:
-            continue
-        if heads % kv_heads:
-            ctx.error(
-                f.line("kv_heads"),
-                f"{path}.kv_heads",
-                f"got {kv_heads} (expected a divisor of heads, {heads})",
-            )
-            continue
-        out[name] = ModelShape(name, params, layers, hidden, heads, kv_heads, source)
-
-
-def _read_root(ctx: Ctx, text: str, what: str) -> YMap | None:
-    expected = "cards and models" if what == "catalogue" else "teams, cards and racks"
-    return read_root(ctx, text, expected)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError([PolicyIssue(str(path), 0, "", f"cannot read the file: {exc}")]) from exc
-
-
-def parse_catalogue(
-    text: str, filename: str, cards: dict[str, Card], models: dict[str, ModelShape]
-) -> list[PolicyIssue]:
-    """Add the cards and models of one catalogue text; returns its issues."""
-    ctx = Ctx(filename)
-    data = _read_root(ctx, text, "catalogue")
-    if data is not None:
-        root = Fields(ctx, data, "", ("cards", "models"))
-        _parse_cards(ctx, root, cards)
-        _parse_models(ctx, root, models)
-    return ctx.issues
-
-
-def load_catalogue(
-    extra: list[str | Path] | tuple[str | Path, ...] = (),
-) -> tuple[dict[str, Card], dict[str, ModelShape]]:
-    """The bundled catalogue plus admins' files (later files override by name)."""
-    cards: dict[str, Card] = {}
-    models: dict[str, ModelShape] = {}
-    issues: list[PolicyIssue] = []
-    for path in (CATALOGUE, *(Path(p) for p in extra)):
-        issues += parse_catalogue(_read_text(Path(path)), str(path), cards, models)
-    errors = [i for i in issues if i.severity == "error"]
-    if errors:
-        raise PlanError(errors)
-    return cards, models
-
+__all__ = [
+    "CATALOGUE",
+    "PlanError",
+    "load_catalogue",
+    "parse_catalogue",
+    "parse_plan_input",
+    "read_plan_file",
+]
 
 # -------------------------------------------------------------------- plan input
 
@@ -471,7 +303,7 @@ def parse_plan_input(
 ) -> PlanInput:
     """Read a planning input; raises :class:`PlanError` listing every error."""
     ctx = Ctx(filename)
-    data = _read_root(ctx, text, "planning input")
+    data = read_root(ctx, text, "teams, cards and racks")
     if data is None:
         raise PlanError(ctx.issues)
     root = Fields(ctx, data, "", _TOP)
@@ -486,7 +318,7 @@ def parse_plan_input(
     except PlanError as exc:
         raise PlanError([*ctx.issues, *exc.errors]) from None
     local_models: dict[str, ModelShape] = {}
-    _parse_models(ctx, root, local_models)
+    parse_models(ctx, root, local_models)
     models.update(local_models)
     organisation = root.get("organisation", _str, default="") or Path(filename).stem
     scheduler = root.get("scheduler", _choice(*SCHEDULERS), default="none") or "none"
@@ -514,4 +346,4 @@ def _str_list_of_paths(value: object) -> tuple[str, ...]:
 
 def read_plan_file(path: str | Path, extra_catalogues: tuple[str | Path, ...] = ()) -> PlanInput:
     """:func:`parse_plan_input` on a file; an unreadable file is one error naming it."""
-    return parse_plan_input(_read_text(Path(path)), str(path), extra_catalogues)
+    return parse_plan_input(read_text(Path(path)), str(path), extra_catalogues)
