@@ -3,7 +3,8 @@ import logging
 import os
 import sys
 
-from .app import main
+from .app import BrokerApp, main
+from .ops.standby import wait_for_go
 
 
 def _warm_up() -> None:
@@ -22,9 +23,14 @@ if __name__ == "__main__":
     # (one byte on stdin); it leaves when the supervisor goes away (end of file)
     if os.environ.pop("GPUSHARE_STANDBY", None):
         _warm_up()
-        if not sys.stdin.buffer.read(1):
+        app = BrokerApp.instance()
+        app.initialize(sys.argv[1:])
+        app.prepare_standby()
+        if not wait_for_go(sys.stdin.buffer, app.prepare_standby):
             sys.exit(0)
-    main()
+        app.start()
+    else:
+        main()
     # it stopped cleanly: every write is committed and the database closed. Leave without
     # the interpreter's teardown of every module (~0.3 s of CPU) that would keep the next
     # broker (its supervisor's restart after a SIGTERM) from starting

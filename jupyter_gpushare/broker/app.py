@@ -43,11 +43,13 @@ from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
+from .ops.standby import FileStamp, file_stamp
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
 from .service.preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .store.db import make_engine
+from .store.migrate import schema_at_head
 
 
 def _import(path: str) -> Any:
@@ -243,6 +245,8 @@ class BrokerApp(Application):
 
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
     _lifetime: Lifetime | None = None
+    # the policy file's stamp when a warm standby built the service ahead (.ops.standby)
+    _built_from: FileStamp | None = None
 
     @default("db_url")
     def _db_url(self) -> str:
@@ -294,6 +298,27 @@ class BrokerApp(Application):
         from ..policy import load_policy
 
         return load_policy(self.policy_file, discover)
+
+    def prepare_standby(self) -> None:
+        """What a warm standby does before it is needed, and again every ``REFRESH_S`` while
+        it waits (:mod:`.ops.standby`): build the service from the policy file as it is now
+        and read the database's schema version (nothing written), so that taking over loads
+        only the state. A file changed since is read again at the start, as always."""
+        if getattr(self, "engine", None) is not None:
+            self.engine.dispose()
+        stamp = file_stamp(self.policy_file) if self.policy_file else None
+        try:
+            self.build()
+            schema_at_head(self.engine)
+        except (Exception, SystemExit):  # noqa: BLE001 - the start reports it, not the standby
+            self._built_from = None
+            return
+        self._built_from = stamp
+
+    def _built_ahead(self) -> bool:
+        """Whether a standby built the service from the policy file as it still is."""
+        built, self._built_from = self._built_from, None
+        return built is not None and built == file_stamp(self.policy_file)
 
     def build(self) -> web.Application:
         """Create the service, the database and the tornado app (no listening yet)."""
@@ -391,7 +416,8 @@ class BrokerApp(Application):
 
     async def start_async(self) -> None:
         """Load the state from the database, listen, and reconcile in the background."""
-        self.build()
+        if not self._built_ahead():
+            self.build()
         if self.gc_freeze:
             # collect before the load, while the heap is small (imports, policy), and freeze
             # right after it with the collector still paused: what the load built holds no

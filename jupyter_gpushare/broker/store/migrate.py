@@ -173,6 +173,16 @@ def _migration_session(conn: Connection) -> Iterator[None]:
         yield
 
 
+def schema_at_head(engine: Engine) -> bool:
+    """Whether the database is at this code's head revision (read only: a warm standby
+    checks while the running broker owns the database)."""
+    with engine.connect() as conn:
+        recorded = _recorded_version(conn)
+        revision = _alembic_revision(conn)
+        conn.rollback()
+    return recorded == SCHEMA_VERSION and revision == revision_of(SCHEMA_VERSION)
+
+
 def migrate(engine: Engine, *, script_location: Path | None = None) -> list[int]:
     """Bring the database to the head revision (:data:`SCHEMA_VERSION`); return the schema
     versions applied, in order. A database from before Alembic is first stamped with the
