@@ -16,8 +16,17 @@ live grants are exactly those the clients hold (nothing admitted behind their ba
 
     .venv/bin/python benchmarks/broker_kill.py --kills 5
 
-Prints the median and max time to serve again, the count of client-visible 5xx (errors
-after the client's retries), and grants lost / duplicated.
+Prints the median and max time to serve again, how long the admissions that overlapped a
+kill took as the spawner saw them (from its first try to the answer, its retries included)
+against the others, the count of client-visible 5xx (errors after the client's retries), and
+grants lost / duplicated.
+
+``--baseline DIR`` (a ``git archive`` of an earlier commit, unpacked) runs the same load
+against that tree's supervisor and broker first, then this tree's, ``--reps`` times
+alternated; the clients are this tree's in both arms.
+
+    git archive 153c775 | (mkdir -p /tmp/base && tar -x -C /tmp/base)
+    .venv/bin/python benchmarks/broker_kill.py --kills 8 --baseline /tmp/base --reps 3
 """
 
 from __future__ import annotations
@@ -84,6 +93,7 @@ class Tally:
     calls: int = 0
     errors_5xx: list[str] = dataclasses.field(default_factory=list)
     errors_other: list[str] = dataclasses.field(default_factory=list)
+    admissions: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (t0, t1)
 
     def error(self, exc: BrokerError, what: str) -> None:
         (self.errors_5xx if exc.status >= 500 else self.errors_other).append(
@@ -91,8 +101,9 @@ class Tally:
 
 
 class Run:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, code: str | None = None) -> None:
         self.args = args
+        self.code = code  # another tree's supervisor and broker (--baseline), else ours
         self.tmp = Path(getattr(args, "tmp", None) or tempfile.mkdtemp(prefix="gpushare-kill-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}{PREFIX}"
@@ -105,8 +116,8 @@ class Run:
         tokens = self.tmp / "tokens.json"
         tokens.write_text(json.dumps(static_tokens({})))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO / "tests"),
-                                             env.get("PYTHONPATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join([*([self.code] if self.code else []), str(HERE),
+                                             str(REPO / "tests"), env.get("PYTHONPATH", "")])
         env.setdefault("GPUSHARE_SUPERVISOR_STANDBY", "1")
         cmd = [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor",
                "--BrokerApp.policy_factory=broker_kill:kill_policy",
@@ -147,6 +158,7 @@ class Run:
             key = f"s{i}-{n}"
             n += 1
             profile = "eighth" if self.rng.random() < 0.75 else "one"
+            t0 = time.monotonic()
             try:
                 t.calls += 1
                 ans = await client.request(user=f"u{i}", server=f"srv{n}",
@@ -155,6 +167,8 @@ class Run:
             except BrokerError as exc:
                 t.error(exc, f"request {key}")
                 continue
+            finally:
+                t.admissions.append((t0, time.monotonic()))
             t.statuses[ans.status] = t.statuses.get(ans.status, 0) + 1
             if ans.status != "granted" or ans.grant is None:
                 await asyncio.sleep(0.1)
@@ -190,6 +204,7 @@ class Run:
 
     async def kills(self) -> list[float]:
         times: list[float] = []
+        self.windows: list[tuple[float, float]] = []  # (kill, serving again)
         for _ in range(self.args.kills):
             await asyncio.sleep(self.args.interval)
             pid = self.broker_pid()
@@ -201,6 +216,7 @@ class Run:
                                        + (self.tmp / "supervisor.log").read_text()[-3000:])
                 await asyncio.sleep(0.01)
             times.append(time.monotonic() - t0)
+            self.windows.append((t0, time.monotonic()))
             print(f"  kill {len(times)}: serving again after {times[-1]:.2f} s", flush=True)
         await asyncio.sleep(1.0)
         return times
@@ -229,8 +245,30 @@ class Run:
                 "duplicated": len(dup_req) + len(dup_key) + len(two) + len(extra)}
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    r = Run(args)
+def split_by_kills(
+    admissions: list[tuple[float, float]], windows: list[tuple[float, float]]
+) -> tuple[list[float], list[float]]:
+    """Admission times (ms): those whose call overlapped a kill window (the kill to serving
+    again), and the others."""
+    during: list[float] = []
+    calm: list[float] = []
+    for t0, t1 in admissions:
+        hit = any(t0 <= end and start <= t1 for start, end in windows)
+        (during if hit else calm).append((t1 - t0) * 1000)
+    return during, calm
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile, nearest rank (nan for none)."""
+    if not values:
+        return float("nan")
+    ranked = sorted(values)
+    rank = int(-(-len(ranked) * q // 100))  # ceil(n q / 100), 1-based
+    return ranked[min(len(ranked) - 1, max(0, rank - 1))]
+
+
+async def run(args: argparse.Namespace, code: str | None = None) -> dict[str, Any]:
+    r = Run(args, code)
     sup = r.start_supervisor()
     try:
         deadline = time.monotonic() + 90
@@ -257,7 +295,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         r.log.close()
     checked = r.check_database()
     t = r.tally
-    return {"times": times, "calls": t.calls, "statuses": t.statuses,
+    during, calm = split_by_kills(t.admissions, r.windows)
+    return {"times": times, "during": during, "calm": calm, "calls": t.calls,
+            "statuses": t.statuses,
             "errors_5xx": t.errors_5xx, "errors_other": t.errors_other, **checked,
             "log": str(r.tmp / "supervisor.log")}
 
@@ -271,12 +311,29 @@ def main() -> None:
                         help="seconds of load between two kills")
     parser.add_argument("--retry-window", type=float, default=10.0,
                         help="BrokerClient.retry_window_s of the clients (0: no retries)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="an unpacked git archive: its supervisor and broker run first")
+    parser.add_argument("--reps", type=int, default=1, help="runs of each arm, alternated")
     args = parser.parse_args()
-    out = asyncio.run(run(args))
+    arms = ([("baseline", str(Path(args.baseline).resolve()))] if args.baseline else []) + [
+        ("this tree", None)]
+    for rep in range(args.reps):
+        for name, code in arms:
+            print(f"-- {name}, run {rep + 1} of {args.reps}, load {os.getloadavg()[0]:.1f}",
+                  flush=True)
+            report(args, asyncio.run(run(args, code)))
+
+
+def report(args: argparse.Namespace, out: dict[str, Any]) -> None:
     times = sorted(out["times"])
     print(f"kill -9 of the broker x{args.kills} under {args.spawners} spawners + "
           f"{args.readers} readers ({os.cpu_count()} CPUs, retry window {args.retry_window} s)")
     print(f"serving again: median {statistics.median(times):.2f} s, max {times[-1]:.2f} s")
+    during, calm = out["during"], out["calm"]
+    print(f"admission as the spawner saw it (ms), overlapping a kill: p50 "
+          f"{percentile(during, 50):.0f}, p99 {percentile(during, 99):.0f}, max "
+          f"{max(during, default=float('nan')):.0f} ({len(during)}); the others: p50 "
+          f"{percentile(calm, 50):.0f}, p99 {percentile(calm, 99):.0f} ({len(calm)})")
     print(f"calls {out['calls']}, answers {out['statuses']}")
     print(f"client-visible 5xx: {len(out['errors_5xx'])}; other errors: "
           f"{len(out['errors_other'])}")

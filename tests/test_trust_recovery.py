@@ -146,3 +146,17 @@ def test_kill_9_during_10_concurrent_spawns(tmp_path: Path) -> None:
     assert took <= 5.0, f"serving again {took:.2f} s after the kill"
     # the broker said it served (ready pipe): replaced without the crash-loop delay
     assert "restart 1 in 0.0s" in (tmp_path / "supervisor.log").read_text()
+
+
+def test_the_kill_benchmark_splits_admissions_by_kill_window() -> None:
+    sys.path.insert(0, str(BENCH))
+    import broker_kill
+
+    windows = [(10.0, 10.2), (20.0, 20.1)]
+    admissions = [(9.9, 9.95), (9.95, 10.05), (10.1, 10.3), (10.25, 10.26), (19.0, 21.0)]
+    during, calm = broker_kill.split_by_kills(admissions, windows)
+    assert during == pytest.approx([100.0, 200.0, 2000.0])  # each overlaps a window
+    assert calm == pytest.approx([50.0, 10.0])  # before the first kill; after serving again
+    assert broker_kill.percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert broker_kill.percentile(list(map(float, range(1, 101))), 99) == 99.0
+    assert broker_kill.percentile([7.0], 99) == 7.0
