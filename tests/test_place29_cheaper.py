@@ -144,8 +144,9 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
         scans.append(milli)
         return rows_for(self, milli, cpu, heads)
 
-    short = packshort._SHORT_LIST
+    short, reserve = packshort._SHORT_LIST, packshort._RESERVE
     packshort._SHORT_LIST = 1  # a list of one node: it runs out at every placement
+    packshort._RESERVE = 4  # (a reserve of four lists' worth: four of the six nodes)
     RowTable.rows_for = counted  # type: ignore[method-assign]
     try:
         nodes = []
@@ -162,7 +163,7 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
         assert len(scans) == 3
     finally:
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
-        packshort._SHORT_LIST = short
+        packshort._SHORT_LIST, packshort._RESERVE = short, reserve
 
 
 @settings(max_examples=80, deadline=None)
