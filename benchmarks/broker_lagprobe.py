@@ -147,9 +147,7 @@ def main() -> None:
 
         commitasync.AsyncCommits._send = _send  # type: ignore[method-assign]
         commitasync.AsyncCommits._committed = _committed  # type: ignore[method-assign]
-    log_request = broker_app.BrokerApp._log_request
-
-    def _log_request(self: broker_app.BrokerApp, handler: Any) -> None:
+    def note_request(handler: Any) -> None:
         if state["task"] is not None and handler.request.method == "POST" and \
                 type(handler).__name__ == "RequestsHandler":
             request = handler.request
@@ -158,9 +156,28 @@ def main() -> None:
             except ValueError:
                 user = ""
             steps.append(("req", time.time(), request.request_time(), request._start_time, user))
-        log_request(self, handler)
 
-    broker_app.BrokerApp._log_request = _log_request  # type: ignore[method-assign]
+    if hasattr(broker_app.BrokerApp, "_log_request"):  # a baseline from before request_logger
+        log_request = broker_app.BrokerApp._log_request
+
+        def _log_request(self: broker_app.BrokerApp, handler: Any) -> None:
+            note_request(handler)
+            log_request(self, handler)
+
+        broker_app.BrokerApp._log_request = _log_request  # type: ignore[attr-defined]
+    else:
+        make_logger = broker_app.request_logger
+
+        def request_logger(log: Any) -> Any:
+            inner = make_logger(log)
+
+            def log_request(handler: Any) -> None:
+                note_request(handler)
+                inner(handler)
+
+            return log_request
+
+        broker_app.request_logger = request_logger  # type: ignore[assignment]
     leak: dict[str, int] = {}
     try:
         from jupyter_gpushare.broker import gcpace  # type: ignore[attr-defined]

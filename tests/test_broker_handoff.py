@@ -157,6 +157,9 @@ def test_listen_fds_that_are_not_listening_sockets_are_refused(
         monkeypatch.setenv(LISTEN_FDS_ENV, "3;rm")
         with pytest.raises(ValueError, match=LISTEN_FDS_ENV):
             inherited_sockets()
+        monkeypatch.setenv(LISTEN_FDS_ENV, "999999")  # inherited by mistake: not open here
+        with pytest.raises(ValueError, match=f"{LISTEN_FDS_ENV}: fd 999999 is not open"):
+            inherited_sockets()
         a.send(b"x")  # the refused fd was not closed under us
     listener = socket.create_server(("127.0.0.1", 0))
     with listener:

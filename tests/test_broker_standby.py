@@ -29,9 +29,11 @@ from jupyter_gpushare.policy.issues import PolicyError
 POLICY = REPO / "hub_config" / "gpushare.yaml"
 
 
-def standby_app(tmp_path: Path, policy_file: Path) -> BrokerApp:
+def standby_app(tmp_path: Path, policy_file: Path, monkeypatch: pytest.MonkeyPatch) -> BrokerApp:
     listener = socket.create_server(("127.0.0.1", 0))
-    os.environ["GPUSHARE_LISTEN_FDS"] = str(listener.detach())
+    # (monkeypatch: a start that fails before it listens leaves it set; no later broker of
+    # this process may inherit it)
+    monkeypatch.setenv("GPUSHARE_LISTEN_FDS", str(listener.detach()))
     app = BrokerApp()
     app.initialize(
         [
@@ -61,12 +63,12 @@ def profile_slugs(app: BrokerApp) -> set[str]:
 
 
 async def test_what_the_standby_built_serves_while_the_policy_is_unchanged(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await migrated_database(tmp_path)
     policy = tmp_path / "policy.yaml"
     shutil.copy(POLICY, policy)
-    app = standby_app(tmp_path, policy)
+    app = standby_app(tmp_path, policy, monkeypatch)
     before = (tmp_path / "b.sqlite").read_bytes()
     app.prepare_standby()
     assert (tmp_path / "b.sqlite").read_bytes() == before  # checked, nothing written
@@ -79,12 +81,12 @@ async def test_what_the_standby_built_serves_while_the_policy_is_unchanged(
 
 
 async def test_a_policy_changed_after_the_standby_read_it_is_read_again(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await migrated_database(tmp_path)
     policy = tmp_path / "policy.yaml"
     shutil.copy(POLICY, policy)
-    app = standby_app(tmp_path, policy)
+    app = standby_app(tmp_path, policy, monkeypatch)
     app.prepare_standby()
     old = profile_slugs(app)
     built = app.broker
@@ -103,12 +105,12 @@ async def test_a_policy_changed_after_the_standby_read_it_is_read_again(
 
 
 async def test_a_broken_policy_does_not_stop_the_standby_and_the_start_says_why(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await migrated_database(tmp_path)
     policy = tmp_path / "policy.yaml"
     policy.write_text("teams: [\n")
-    app = standby_app(tmp_path, policy)
+    app = standby_app(tmp_path, policy, monkeypatch)
     app.prepare_standby()  # no exception: the standby waits on
     with pytest.raises(PolicyError, match=r"policy\.yaml:2: malformed YAML"):
         await app.start_async()

@@ -9,14 +9,11 @@ JupyterHub the hub starts it (``hubsetup.setup_gpushare`` writes the service ent
 from __future__ import annotations
 
 import asyncio
-import errno
-import gc
 import importlib
 import logging
 import os
 import signal
 import sys
-import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -30,17 +27,17 @@ from traitlets.config import Application
 from ..core.model import Policy
 from .api.admin_page import admin_routes
 from .api.auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator, cookie_secret
-from .api.handler_base import Context
+from .api.handler_base import Context, request_logger
 from .api.handlers import routes
 from .api.pages import page_routes
 from .hubclient import HubClient
 from .jobs.runner import JobManager, JobsBatchBackend
 from .ops.culler import GPUCuller
-from .ops.gcpace import CollectorPacer
-from .ops.handoff import listening_sockets, tell_supervisor_ready
+from .ops.gcpace import CollectorPacer, load_frozen
+from .ops.handoff import listen, tell_supervisor_ready
 from .ops.lifetime import Lifetime
 from .ops.metrics import BrokerMetrics
-from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile
+from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile_loop
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
 from .ops.standby import FileStamp, file_stamp
@@ -48,6 +45,7 @@ from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
 from .service.preempt import BatchBackend, NoticeHub, PreemptionRunner
+from .store.commitmode import commit_mode_for
 from .store.db import make_engine
 from .store.migrate import schema_at_head
 
@@ -377,7 +375,7 @@ class BrokerApp(Application):
         self.web_app = web.Application(
             admin_routes(self.base_url, self.ctx, self.culler, self.policy_file)
             + routes(self.base_url, self.ctx) + page_routes(self.base_url, self.ctx),
-            log_function=self._log_request,
+            log_function=request_logger(self.log),
             cookie_secret=(
                 cookie_secret(self.cookie_secret_file, self.log)
                 if self.login is not None else None
@@ -385,53 +383,11 @@ class BrokerApp(Application):
         )
         return self.web_app
 
-    def _commit_mode(self) -> str:
-        """``commit_mode`` for this database: inline, thread, async or loop."""
-        dialect = self.engine.dialect.name
-        mode = self.commit_mode
-        if mode == "auto":
-            mode = "async" if dialect == "postgresql" else "loop"
-        if mode == "async" and dialect != "postgresql":
-            raise ValueError(
-                f"BrokerApp.commit_mode = 'async' needs PostgreSQL; db_url is {dialect} "
-                "(use 'loop', 'thread' or 'inline')"
-            )
-        if mode != "inline" and self.broker.fast is None:
-            self.log.warning("commit_mode %s needs raw_sql: committing inline", mode)
-            return "inline"
-        return mode
-
-    def _log_request(self, handler: web.RequestHandler) -> None:
-        status = handler.get_status()
-        level = logging.WARNING if status >= 500 else logging.DEBUG
-        if not self.log.isEnabledFor(level):
-            return
-        self.log.log(
-            level,
-            "%d %s %.1fms",
-            status,
-            handler._request_summary(),
-            1000 * handler.request.request_time(),
-        )
-
     async def start_async(self) -> None:
         """Load the state from the database, listen, and reconcile in the background."""
         if not self._built_ahead():
             self.build()
-        if self.gc_freeze:
-            # collect before the load, while the heap is small (imports, policy), and freeze
-            # right after it with the collector still paused: what the load built holds no
-            # garbage worth a full pass over 100,000 grants (~0.5 s), and nothing is in flight
-            # yet (we do not listen), so only live state gets frozen
-            gc.collect()
-            gc.disable()
-            try:
-                changes = self.broker.load()
-                gc.freeze()
-            finally:
-                gc.enable()
-        else:
-            changes = self.broker.load()
+        changes = load_frozen(self.broker.load) if self.gc_freeze else self.broker.load()
         self.log.info(
             "gpushare broker: %d live grants, %d queued, %d preempting; %d changed on load",
             len(self.broker.state.grants),
@@ -440,7 +396,7 @@ class BrokerApp(Application):
             len(changes),
         )
         self._switch_interval_before: float | None = None
-        mode = self._commit_mode()
+        mode = commit_mode_for(self.commit_mode, self.engine, self.broker.fast is not None)
         if mode != "inline":
             self.broker.start_commits(asyncio.get_running_loop(), mode)
             if mode == "thread" and self.gil_switch_interval_ms > 0:
@@ -454,7 +410,9 @@ class BrokerApp(Application):
             self.reloader.started()
             self.ctx.reloader = self.reloader
         self.server = HTTPServer(self.web_app, xheaders=True)
-        await self._listen()
+        self.sockets = await listen(
+            self.server, self.port, self.ip, self.port_wait_s, self.lifetime.stop_stale_broker
+        )
         self.log.info(
             "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
         )
@@ -469,29 +427,18 @@ class BrokerApp(Application):
         if self.ctx.reloader is not None:
             self._tasks.add(asyncio.ensure_future(self.ctx.reloader.watch()))
         if self.reconcile_on_start or self.reconcile_interval_s > 0:
-            task = asyncio.ensure_future(self._reconcile_loop())
+            task = asyncio.ensure_future(
+                reconcile_loop(
+                    self.broker,
+                    self.checker,
+                    self.reconcile_min_age_s,
+                    self.reconcile_interval_s,
+                    self.reconcile_on_start,
+                )
+            )
             self._tasks.add(task)
 
     # -- lifecycle next to the hub (see broker/ops/supervisor.py) --------------------------------
-
-    async def _listen(self) -> None:
-        """Listen on the sockets the supervisor keeps (:mod:`.ops.handoff`), else on the port;
-        while another process holds it, stop a stale broker named in the pid file (one whose
-        hub is gone) and wait up to ``port_wait_s``."""
-        deadline = time.monotonic() + self.port_wait_s
-        took_over = False
-        while True:
-            try:
-                self.sockets, _handed_down = listening_sockets(self.port, self.ip)
-                self.server.add_sockets(self.sockets)
-                return
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
-                    raise
-            if not took_over:
-                took_over = True
-                self.lifetime.stop_stale_broker()
-            await asyncio.sleep(0.2)
 
     @property
     def lifetime(self) -> Lifetime:
@@ -505,28 +452,6 @@ class BrokerApp(Application):
 
     def why_stop(self) -> str | None:
         return self.lifetime.why_stop()
-
-    async def _watch(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            why = self.why_stop()
-            if why is not None:
-                self.log.warning("gpushare broker: stopping: %s", why)
-                stop.set()
-                return
-            await asyncio.sleep(self.watch_interval_s)
-
-    async def _reconcile_loop(self) -> None:
-        first = True
-        while True:
-            if not first or self.reconcile_on_start:
-                try:
-                    await reconcile(self.broker, self.checker, self.reconcile_min_age_s)
-                except Exception:
-                    self.log.exception("reconcile failed")
-            first = False
-            if self.reconcile_interval_s <= 0:
-                return
-            await asyncio.sleep(self.reconcile_interval_s)
 
     async def stop_async(self) -> None:
         if getattr(self, "server", None) is not None:
@@ -560,7 +485,7 @@ class BrokerApp(Application):
                 loop.add_signal_handler(
                     signal.SIGHUP, lambda: asyncio.ensure_future(reload("SIGHUP"))
                 )
-            watcher = asyncio.ensure_future(self._watch(stop))
+            watcher = asyncio.ensure_future(self.lifetime.watch(stop, self.watch_interval_s))
             await stop.wait()
             watcher.cancel()
             await self.stop_async()

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,3 +260,24 @@ class HealthHandler(BaseHandler):
                                     "reason": bounded_message(problem)}))
             return
         self.send({"status": "ok" if broker.loaded else "starting"})
+
+
+def request_logger(log: logging.Logger | logging.LoggerAdapter[Any]) -> Callable[
+    [web.RequestHandler], None
+]:
+    """The app's ``log_function``: 5xx answers as warnings, the rest at debug level."""
+
+    def log_request(handler: web.RequestHandler) -> None:
+        status = handler.get_status()
+        level = logging.WARNING if status >= 500 else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
+        log.log(
+            level,
+            "%d %s %.1fms",
+            status,
+            handler._request_summary(),
+            1000 * handler.request.request_time(),
+        )
+
+    return log_request

@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 
 class CollectorPacer:
@@ -69,3 +71,22 @@ class CollectorPacer:
                 self.step()
         finally:
             self.start()
+
+
+T = TypeVar("T")
+
+
+def load_frozen(load: Callable[[], T]) -> T:
+    """``load()`` with the collector paused, then everything alive frozen
+    (``BrokerApp.gc_freeze``): collect before, while the heap is small (imports, policy),
+    and freeze right after with the collector still paused; what the load built holds no
+    garbage worth a full pass over 100,000 grants (~0.5 s), and nothing is in flight yet
+    (the broker does not listen), so only live state gets frozen."""
+    gc.collect()
+    gc.disable()
+    try:
+        loaded = load()
+        gc.freeze()
+    finally:
+        gc.enable()
+    return loaded

@@ -16,10 +16,15 @@ supervisor) gets the byte alone.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import os
 import socket
+import time
+from collections.abc import Callable
 
+from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 LISTEN_FDS_ENV = "GPUSHARE_LISTEN_FDS"
@@ -39,7 +44,10 @@ def inherited_sockets() -> list[socket.socket]:
     for part in raw.split(",")[:MAX_SOCKETS]:
         if not part.isdigit():
             raise ValueError(f"${LISTEN_FDS_ENV}: {part!r} is not a file descriptor")
-        sock = socket.socket(fileno=int(part))
+        try:
+            sock = socket.socket(fileno=int(part))
+        except OSError as exc:
+            raise ValueError(f"${LISTEN_FDS_ENV}: fd {part} is not open ({exc})") from None
         if sock.type != socket.SOCK_STREAM or not sock.getsockopt(
             socket.SOL_SOCKET, socket.SO_ACCEPTCONN
         ):
@@ -57,6 +65,28 @@ def listening_sockets(port: int, ip: str) -> tuple[list[socket.socket], bool]:
     if inherited:
         return inherited, True
     return bind_sockets(port, ip), False
+
+
+async def listen(
+    server: HTTPServer, port: int, ip: str, port_wait_s: float, stop_stale: Callable[[], None]
+) -> list[socket.socket]:
+    """Serve on the sockets the supervisor keeps, else on ``port``; while another process
+    holds it, ``stop_stale`` once (a broker named in the pid file whose hub is gone) and
+    wait up to ``port_wait_s``. The sockets served on."""
+    deadline = time.monotonic() + port_wait_s
+    took_over = False
+    while True:
+        try:
+            sockets, _handed_down = listening_sockets(port, ip)
+            server.add_sockets(sockets)
+            return sockets
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                raise
+        if not took_over:
+            took_over = True
+            stop_stale()
+        await asyncio.sleep(0.2)
 
 
 def tell_supervisor_ready(sockets: list[socket.socket]) -> None:

@@ -8,6 +8,7 @@ and the sockets it listens on: :mod:`.handoff`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -105,3 +106,13 @@ class Lifetime:
         if supervisor and not alive(supervisor):
             return f"the supervisor (pid {supervisor}) is gone"
         return None
+
+    async def watch(self, stop: asyncio.Event, interval_s: float) -> None:
+        """Every ``interval_s`` until ``stop`` is set: set it when there is a reason to stop."""
+        while not stop.is_set():
+            why = self.why_stop()
+            if why is not None:
+                self.log.warning("gpushare broker: stopping: %s", why)
+                stop.set()
+                return
+            await asyncio.sleep(interval_s)

@@ -298,3 +298,20 @@ class _Pause:
         if force or time.perf_counter() - self.since >= SLICE_S:
             await asyncio.sleep(YIELD_S)
             self.since = time.perf_counter()
+
+
+async def reconcile_loop(
+    broker: Any, checker: HolderChecker, min_age_s: float, interval_s: float, on_start: bool
+) -> None:
+    """:func:`reconcile` at start (``on_start``) and every ``interval_s`` (0: never again)."""
+    first = True
+    while True:
+        if not first or on_start:
+            try:
+                await reconcile(broker, checker, min_age_s)
+            except Exception:
+                log.exception("reconcile failed")
+        first = False
+        if interval_s <= 0:
+            return
+        await asyncio.sleep(interval_s)
