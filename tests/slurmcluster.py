@@ -47,6 +47,9 @@ import pytest
 SLURM_READY_S = 60.0
 
 
+IN_SERVICE_STATES = {"idle", "mixed", "allocated", "completing"}  # sinfo %T
+
+
 def have_slurm() -> bool:
     return shutil.which("slurmctld") is not None
 
@@ -432,10 +435,26 @@ class SlurmCluster:
                                      "slurmctld")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if len(self.node_states()) == len(self.nodes):
-                return
+            states = self.node_states()
+            if len(states) == len(self.nodes):
+                break
             time.sleep(0.2)
-        raise RuntimeError("slurmctld did not come back:\n" + self.logs())
+        else:
+            raise RuntimeError("slurmctld did not come back:\n" + self.logs())
+        # what an admin does after a slurmctld crash: resume the nodes it set down or
+        # drained (a run it forgot, an id it gave twice), and see them in service
+        while time.monotonic() < deadline:
+            out = [n for n, s in states.items() if s not in IN_SERVICE_STATES]
+            if not out:
+                return
+            for name in out:
+                if states[name].startswith(("down", "drain")):
+                    self.run("scontrol", "update", f"nodename={name}", "state=resume",
+                             check=False)
+            time.sleep(0.5)
+            states = self.node_states()
+        raise RuntimeError(f"nodes not back in service after slurmctld: {states}\n"
+                           + self.logs())
 
     # -- stop -------------------------------------------------------------------------------
 

@@ -64,3 +64,23 @@ def test_a_job_no_fresh_listing_knows_is_gone(tmp_path: Path) -> None:
     status = backend.poll(handle)
     assert not status.alive
     assert "gone" in (status.error or {}).get("summary", ""), status
+
+
+class Reused:
+    """The commands part after slurmctld restarted without its state: the run's id now names
+    another job (``gpushare-<other>-a1``), running."""
+
+    def show_job(self, slurm_id: str, *, fresh: bool = False) -> SlurmJob | None:
+        return SlurmJob(slurm_id, "gpushare-job-ffffffffffffffffffff-a1", "RUNNING", "None",
+                        None, None, "node-0", 1.0, None)
+
+
+def test_an_id_that_names_another_job_after_a_slurmctld_restart_is_the_run_gone(
+    tmp_path: Path,
+) -> None:
+    backend, handle = backend_with(tmp_path, Listing(known=True))
+    backend.watch.commands = Reused()  # type: ignore[assignment]
+    assert backend.watch.slurm_job(handle) is None
+    status = backend.poll(handle)
+    assert not status.alive  # not "running" on someone else's job
+    assert "gone" in (status.error or {}).get("summary", ""), status

@@ -450,6 +450,28 @@ def test_time_the_broker_was_down_is_not_admission_time() -> None:
     assert audit(h).violations == []  # 5 s of it while the broker served
 
 
+def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
+    h = clean()
+    h.policy["gpus"] = {
+        "G0": {"memory_mib": 1000, "pool": "interactive", "node": "lab-0"},
+        "T0": {"memory_mib": 1000, "pool": "train", "node": "train-0"},
+    }
+    h.rows["requests"].append(  # inside vision's train guarantee, refused
+        request("r9", "carol", "vision", "train", "job-1gpu", T0 + 600, status="refused")
+    )
+    with_figures(h)
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    # Slurm had train-0 up meanwhile: still the broker's refusal
+    h.record("slurm_nodes", t=T0 + 603, states={"train-0": "idle", "lab-0": "idle"})
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    # another pool's node out of service is no excuse
+    h.record("slurm_nodes", t=T0 + 605, states={"train-0": "idle", "lab-0": "drained"})
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    # Slurm itself had train-0 drained (after its slurmctld died): the capacity was gone
+    h.record("slurm_nodes", t=T0 + 607, states={"train-0": "drained", "lab-0": "idle"})
+    assert audit(h).violations == []
+
+
 def test_a_violation_found_in_a_saved_history_is_found_again_by_replay(tmp_path: Path) -> None:
     h = clean()
     over_allocated_gpu(h)

@@ -167,8 +167,27 @@ def _outage_within(h: History, start: float, end: float) -> float:
     return down
 
 
+SLURM_IN_SERVICE = {"idle", "mixed", "allocated", "completing"}  # sinfo %T, nothing appended
+
+
+def _pool_out_of_service(h: History, pool: str, start: float, end: float) -> bool:
+    """Whether Slurm's own view (the ``slurm_nodes`` snapshots) had a node of ``pool`` out of
+    service (down, drained, not responding) at a moment of [start - slack, end]: the capacity
+    a guarantee counts on was not there (a killed node, a node Slurm drained after its
+    slurmctld died). The slack covers the broker's resume of a node Slurm has back."""
+    nodes = {g["node"] for g in h.policy["gpus"].values() if g.get("pool") == pool}
+    slack = float(h.settings.get("slack_s", 15.0))
+    return any(
+        e["kind"] == "slurm_nodes"
+        and start - slack <= float(e["t"]) <= end
+        and any(e["states"].get(n, "idle") not in SLURM_IN_SERVICE for n in nodes)
+        for e in h.events
+    )
+
+
 def check_admission(h: History) -> tuple[int, list[Violation]]:
-    """A request inside its team's guarantee is admitted within the stated time."""
+    """A request inside its team's guarantee is admitted within the stated time, unless
+    Slurm itself had a node of its pool out of service meanwhile (with ``--slurm``)."""
     within = float(h.settings["admit_within_s"])
     grants = h.rows.get("grants", [])
     by_request = {g["request_id"]: g for g in grants}
@@ -184,8 +203,11 @@ def check_admission(h: History) -> tuple[int, list[Violation]]:
             q["guaranteed"]
         ):
             continue
-        checked += 1
         g = by_request.get(r["id"])
+        answered = float(g["granted_at"]) if g is not None else t0 + within
+        if _pool_out_of_service(h, r["pool"], t0, answered):
+            continue  # the capacity was gone in the engine's own view: not a broker's refusal
+        checked += 1
         if g is not None:
             waited = float(g["granted_at"]) - t0 - _outage_within(h, t0, float(g["granted_at"]))
             if waited > within:

@@ -312,6 +312,28 @@ async def asyncio_sleep(s: float) -> None:
     await asyncio.sleep(s)
 
 
+class SlurmNodeWatch(threading.Thread):
+    """With ``--slurm``, every ``interval_s`` Slurm's own view of its nodes (``sinfo``): the
+    backend's view of the capacity, which the audit holds a guarantee against."""
+
+    def __init__(
+        self, stack: Stack, history: History, stop: threading.Event, interval_s: float = 2.0
+    ) -> None:
+        super().__init__(daemon=True, name="slurm-nodes")
+        self.stack, self.h, self.stopping, self.interval_s = stack, history, stop, interval_s
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            t0 = time.time()
+            try:
+                states = self.stack.slurm.node_states()
+            except Exception:  # noqa: BLE001 - slurmctld down: no view this time
+                states = {}
+            if states:
+                self.h.record("slurm_nodes", t=t0, states=states)
+            self.stopping.wait(self.interval_s)
+
+
 class Snapshotter(threading.Thread):
     """Every ``interval_s`` the hub's view of every server (when the hub answers)."""
 

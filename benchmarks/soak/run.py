@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from .audit import audit
-from .drivers import Faults, Prober, Snapshotter, User, http
+from .drivers import Faults, Prober, SlurmNodeWatch, Snapshotter, User, http
 from .faults import Injector, schedule, summary_of
 from .history import History
 from .reclaim import Reclaimer
@@ -134,6 +134,8 @@ def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: Histor
         for name, team in people.items()
     ]
     drivers += [Prober(stack, h, faults, PROBE[0], stop), Snapshotter(stack, h, stop, SNAPSHOT_S)]
+    if stack.slurm is not None:
+        drivers.append(SlurmNodeWatch(stack, h, stop, SNAPSHOT_S))
     borrowers = [u for u, team in people.items() if team not in OWNERS][:2]
     owner = next(u for u, team in people.items() if team == OWNERS[0])
     drivers.append(Reclaimer(stack, h, faults, borrowers, owner, stop, args.reclaim_interval))

@@ -86,9 +86,21 @@ class SlurmWatch:
         return self._find(handle.job_id, handle.attempt, str(handle.ref.get("user") or ""))
 
     def slurm_job(self, handle: RunHandle, *, fresh: bool = False) -> SlurmJob | None:
-        """Slurm's view of the run (None: not submitted, or slurmctld forgot it)."""
+        """Slurm's view of the run (None: not submitted, or slurmctld forgot it).
+
+        A job of another name under the run's Slurm id is not the run: a slurmctld killed
+        before it saved its state gives the ids it had handed out again after its restart
+        (seen in the soak: two attempts told "Slurm job 103"), so the run is gone."""
         sid = self._slurm_id(handle)
-        return self.commands.show_job(sid, fresh=fresh) if sid else None
+        job = self.commands.show_job(sid, fresh=fresh) if sid else None
+        expected = job_name(handle.job_id, handle.attempt)
+        if job is not None and job.name and job.name != expected:
+            self.log.warning(
+                "Slurm job %s is %r now, not %r: slurmctld forgot the run (it restarted "
+                "without its state) and gave the id again", sid, job.name, expected,
+            )
+            return None
+        return job
 
     def _read_attempt(self, handle: RunHandle) -> tuple[bool, dict[str, Any] | None]:
         """(launched, the runner's status.json) of the attempt, read through userfiles."""
