@@ -450,7 +450,7 @@ def test_time_the_broker_was_down_is_not_admission_time() -> None:
     assert audit(h).violations == []  # 5 s of it while the broker served
 
 
-def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
+def train_request_refused() -> History:
     h = clean()
     h.policy["gpus"] = {
         "G0": {"memory_mib": 1000, "pool": "interactive", "node": "lab-0"},
@@ -459,7 +459,11 @@ def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
     h.rows["requests"].append(  # inside vision's train guarantee, refused
         request("r9", "carol", "vision", "train", "job-1gpu", T0 + 600, status="refused")
     )
-    with_figures(h)
+    return with_figures(h)
+
+
+def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
+    h = train_request_refused()
     assert [v.check for v in audit(h).violations] == ["admission"]
     # Slurm had train-0 up meanwhile: still the broker's refusal
     h.record("slurm_nodes", t=T0 + 603, states={"train-0": "idle", "lab-0": "idle"})
@@ -467,6 +471,15 @@ def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
     # another pool's node out of service is no excuse
     h.record("slurm_nodes", t=T0 + 605, states={"train-0": "idle", "lab-0": "drained"})
     assert [v.check for v in audit(h).violations] == ["admission"]
+    # the harness killed lab-0 meanwhile: another pool's node, no excuse
+    h.record("fault", t=T0 + 598, fault="slurm_node_kill9", target="Slurm node lab-0",
+             recovered_s=4.0)
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    # the harness killed train-0 (Slurm still said mixed): the node was dead
+    killed = train_request_refused()
+    killed.record("fault", t=T0 + 596, fault="slurm_node_kill9",
+                  target="Slurm node train-0 (running a job)", recovered_s=4.0)
+    assert audit(killed).violations == []
     # Slurm itself had train-0 drained (after its slurmctld died): the capacity was gone
     h.record("slurm_nodes", t=T0 + 607, states={"train-0": "drained", "lab-0": "idle"})
     assert audit(h).violations == []

@@ -182,7 +182,19 @@ def _pool_out_of_service(h: History, pool: str, start: float, end: float) -> boo
         and start - slack <= float(e["t"]) <= end
         and any(e["states"].get(n, "idle") not in SLURM_IN_SERVICE for n in nodes)
         for e in h.events
-    )
+    ) or any(_node_killed(e, nodes, start - slack, end) for e in h.events)
+
+
+def _node_killed(e: dict[str, Any], nodes: set[str], start: float, end: float) -> bool:
+    """Whether ``e`` is the harness killing one of ``nodes`` (until it was back) within
+    [start, end]: the node was dead whatever Slurm said yet (it notices after a timeout)."""
+    if e["kind"] != "fault" or e.get("fault") != "slurm_node_kill9":
+        return False
+    words = str(e.get("target", "")).split()  # "Slurm node <name> ..."
+    if len(words) < 3 or words[2] not in nodes:
+        return False
+    t = float(e["t"])
+    return t <= end and start <= t + float(e.get("recovered_s") or 0.0)
 
 
 def check_admission(h: History) -> tuple[int, list[Violation]]:
