@@ -7,6 +7,14 @@ from the kill to the first ``/health`` answer, once with the warm standby and on
 service check restarts a dead service after up to 30 s.
 
     .venv/bin/python benchmarks/restart.py --kills 10
+
+``--signals KILL,TERM`` also stops the broker with SIGTERM (a clean stop, then the next one);
+``--baseline DIR`` (an unpacked ``git archive`` of an earlier commit) measures that tree's
+supervisor and broker (warm standby) against this tree's, ``--reps`` times alternated,
+instead of cold against warm:
+
+    git archive 153c775 | (mkdir -p /tmp/base && tar -x -C /tmp/base)
+    .venv/bin/python benchmarks/restart.py --kills 8 --signals KILL,TERM --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -57,10 +65,15 @@ def broker_pid(tmp: Path, not_pid: int = 0, timeout: float = 30) -> int:
     raise RuntimeError("no broker pid file")
 
 
-def run(standby: bool, kills: int) -> list[float]:
+def run(standby: bool, kills: int, sig: int = signal.SIGKILL, code: str | None = None
+        ) -> list[float]:
+    """Seconds from each signal to the next broker's first /health answer (``code``:
+    another tree's supervisor and broker)."""
     tmp = Path(tempfile.mkdtemp(prefix="gpushare-restart-"))
     port = free_port()
     env = dict(os.environ, GPUSHARE_SUPERVISOR_STANDBY="1" if standby else "0")
+    if code:
+        env["PYTHONPATH"] = os.pathsep.join([code, env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor",
            f"--BrokerApp.policy_file={POLICY}", f"--BrokerApp.db_url=sqlite:///{tmp}/b.sqlite",
            f"--BrokerApp.port={port}", "--BrokerApp.ip=127.0.0.1", "--BrokerApp.use_hub=False",
@@ -78,7 +91,7 @@ def run(standby: bool, kills: int) -> list[float]:
         pid = broker_pid(tmp)
         for _ in range(kills):
             time.sleep(5.0)  # a crash long after the last one: the standby is ready
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
             t0 = time.monotonic()
             new = broker_pid(tmp, not_pid=pid)
             while not healthy(port):
@@ -97,20 +110,39 @@ def run(standby: bool, kills: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--signals", default="KILL", help="KILL, TERM or both (KILL,TERM)")
+    parser.add_argument("--baseline", metavar="DIR", help="another tree, against this one")
+    parser.add_argument("--reps", type=int, default=1, help="runs of each arm, alternated")
     args = parser.parse_args()
+    sigs = [getattr(signal, f"SIG{name.strip().upper()}") for name in args.signals.split(",")]
+    if args.baseline:
+        code = str(Path(args.baseline).resolve())
+        for sig in sigs:
+            got: dict[str, list[float]] = {"baseline": [], "this tree": []}
+            for _ in range(args.reps):
+                got["baseline"] += run(True, args.kills, sig, code)
+                got["this tree"] += run(True, args.kills, sig)
+            print(f"{signal.Signals(sig).name} -> serving again ({args.kills} x {args.reps} "
+                  f"each, warm standby, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f})")
+            for name, xs in got.items():
+                print(row(name, xs))
+            print(f"ratio this tree / baseline (median): "
+                  f"{statistics.median(got['this tree']) / statistics.median(got['baseline']):.2f}")
+        return
     base = run(False, args.kills)
     warm = run(True, args.kills)
-
-    def row(name: str, xs: list[float]) -> str:
-        xs = sorted(xs)
-        p90 = xs[max(0, int(round(0.9 * len(xs))) - 1)]
-        return (f"{name:<26} median {statistics.median(xs):5.2f} s   p90 {p90:5.2f} s   "
-                f"max {xs[-1]:5.2f} s")
 
     print(f"killed broker -> serving again ({args.kills} kills each, {os.cpu_count()} CPUs)")
     print(row("cold start (no standby)", base))
     print(row("warm standby", warm))
     print(f"ratio warm / cold (median): {statistics.median(warm) / statistics.median(base):.2f}")
+
+
+def row(name: str, xs: list[float]) -> str:
+    xs = sorted(xs)
+    p90 = xs[max(0, int(round(0.9 * len(xs))) - 1)]
+    return (f"{name:<26} median {statistics.median(xs):5.2f} s   p90 {p90:5.2f} s   "
+            f"max {xs[-1]:5.2f} s")
 
 
 if __name__ == "__main__":
