@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from realhub import REPO, free_port
 from test_broker_lifecycle import alive, health, wait_for
+from test_broker_supervisor import children
 
 from jupyter_gpushare.broker.ops.handoff import LISTEN_FDS_ENV, inherited_sockets
 
@@ -41,14 +42,6 @@ def broker_args(tmp_path: Path, port: int) -> list[str]:
         "--BrokerApp.reconcile_on_start=False",
         "--BrokerApp.reconcile_interval_s=0",
     ]
-
-
-def children(pid: int) -> set[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return {int(p) for p in f.read().split()}
-    except OSError:
-        return set()
 
 
 def broker_pid(tmp_path: Path) -> int:

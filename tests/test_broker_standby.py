@@ -48,6 +48,17 @@ def standby_app(tmp_path: Path, policy_file: Path, monkeypatch: pytest.MonkeyPat
     return app
 
 
+async def prepared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = "") -> BrokerApp:
+    """A standby prepared on the migrated database, with a policy file of its own (a copy of
+    the demo's, or ``text``)."""
+    await migrated_database(tmp_path)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(text or POLICY.read_text())
+    app = standby_app(tmp_path, policy, monkeypatch)
+    app.prepare_standby()  # never raises: a broken file is the start's to report
+    return app
+
+
 async def migrated_database(tmp_path: Path) -> None:
     """The database as the running broker left it (the standby comes after it)."""
     app = await start_broker(
@@ -83,11 +94,8 @@ async def test_what_the_standby_built_serves_while_the_policy_is_unchanged(
 async def test_a_policy_changed_after_the_standby_read_it_is_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await migrated_database(tmp_path)
+    app = await prepared(tmp_path, monkeypatch)
     policy = tmp_path / "policy.yaml"
-    shutil.copy(POLICY, policy)
-    app = standby_app(tmp_path, policy, monkeypatch)
-    app.prepare_standby()
     old = profile_slugs(app)
     built = app.broker
     text = policy.read_text()
@@ -107,11 +115,7 @@ async def test_a_policy_changed_after_the_standby_read_it_is_read_again(
 async def test_a_broken_policy_does_not_stop_the_standby_and_the_start_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await migrated_database(tmp_path)
-    policy = tmp_path / "policy.yaml"
-    policy.write_text("teams: [\n")
-    app = standby_app(tmp_path, policy, monkeypatch)
-    app.prepare_standby()  # no exception: the standby waits on
+    app = await prepared(tmp_path, monkeypatch, "teams: [\n")  # the standby waits on
     with pytest.raises(PolicyError, match=r"policy\.yaml:2: malformed YAML"):
         await app.start_async()
 
