@@ -32,7 +32,7 @@ from ..store.serial import spec_to_request
 from .store import Job
 
 if TYPE_CHECKING:
-    from .runner import JobManager
+    from .manager_view import JobManagerView
 
 log = logging.getLogger("gpushare.broker.jobs")
 
@@ -41,7 +41,7 @@ class JobOutcomes:
     """The outcome of a job's run: settle it, release its grant, requeue or fail it (for
     its :class:`~.runner.JobManager`, whose settings say how many attempts and jobs)."""
 
-    def __init__(self, manager: JobManager) -> None:
+    def __init__(self, manager: JobManagerView) -> None:
         self.manager = manager
 
     def settle(self, job: Job, status: RunStatus, *, drain: bool = True) -> None:

@@ -16,7 +16,7 @@ from ...core.jobs import TERMINAL
 from ..store.db import jobs_table
 
 if TYPE_CHECKING:
-    from .runner import JobManager
+    from .manager_view import JobManagerView
 
 log = logging.getLogger("gpushare.broker.jobs")
 
@@ -27,7 +27,7 @@ DAY_S = 86400
 class JobRetention:
     """The retention pass over a :class:`~.runner.JobManager`'s finished jobs."""
 
-    def __init__(self, manager: JobManager) -> None:
+    def __init__(self, manager: JobManagerView) -> None:
         self.manager = manager
 
     def run(self, now: float) -> dict[str, list[str]]:

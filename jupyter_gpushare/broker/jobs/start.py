@@ -17,7 +17,7 @@ from .spec import build_run_spec
 from .store import Job
 
 if TYPE_CHECKING:
-    from .runner import JobManager
+    from .manager_view import JobManagerView
 
 log = logging.getLogger("gpushare.broker.jobs")
 
@@ -25,7 +25,7 @@ log = logging.getLogger("gpushare.broker.jobs")
 class JobStarter:
     """Takes a job from ``queued`` to ``running`` for its :class:`~.runner.JobManager`."""
 
-    def __init__(self, manager: JobManager) -> None:
+    def __init__(self, manager: JobManagerView) -> None:
         self.manager = manager
         self._real_gpus: bool | None = None  # asked once, on the first start
 

@@ -26,7 +26,7 @@ from ...userfiles import human_bytes
 from .store import Job, handle_of
 
 if TYPE_CHECKING:
-    from .runner import JobManager
+    from .manager_view import JobManagerView
 
 log = logging.getLogger("gpushare.broker.jobs")
 
@@ -36,7 +36,7 @@ KILL_POLLS = 50  # polls, 0.1 s apart, for a preempted run to end after its SIGK
 class RunWatcher:
     """Watches the running runs of a :class:`~.runner.JobManager`'s jobs."""
 
-    def __init__(self, manager: JobManager) -> None:
+    def __init__(self, manager: JobManagerView) -> None:
         self.manager = manager
 
     async def poll(self, jobs: list[Job]) -> None:
