@@ -485,6 +485,27 @@ def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
     assert audit(h).violations == []
 
 
+def test_a_5xx_from_ones_own_server_while_a_preemption_stops_it_is_no_violation() -> None:
+    h = clean()
+    g1 = h.rows["grants"][0]  # alice's server, T0 .. T0 + 500
+    assert (g1["username"], g1["server"]) == ("alice", "")
+    h.record("call", t=T0 + 490, client="alice", what="submit", method="POST",
+             path="user/alice/gpushare/api/jobs", status=503, ms=56000.0)
+    assert [v.check for v in audit(h).violations] == ["client_5xx"]  # a release of her own
+    g1["end_kind"] = "preempted"  # (its announcement is another check's: left out here)
+    assert five_hundreds(h) == []  # the broker's preemption stopped the server
+    h.record("call", t=T0 + 600, client="alice", what="submit", method="POST",
+             path="user/alice/gpushare/api/jobs", status=503, ms=100.0)
+    h.record("call", t=T0 + 490, client="bob", what="submit", method="POST",
+             path="user/bob/gpushare/api/jobs", status=503, ms=100.0)
+    # after the preemption, and another user's call: both count
+    assert sorted(v.detail.split()[0] for v in five_hundreds(h)) == ["alice", "bob"]
+
+
+def five_hundreds(h: History) -> list[Any]:
+    return [v for v in audit(h).violations if v.check == "client_5xx"]
+
+
 def test_a_violation_found_in_a_saved_history_is_found_again_by_replay(tmp_path: Path) -> None:
     h = clean()
     over_allocated_gpu(h)

@@ -453,7 +453,9 @@ def check_gpu_hours(h: History) -> tuple[int, list[Violation]]:
 
 
 def check_client_5xx(h: History) -> tuple[int, list[Violation]]:
-    """No client got a 5xx (after the retries of the spawner or the lab)."""
+    """No client got a 5xx (after the retries of the spawner or the lab), but from its own
+    server while the broker's preemption stopped that server (announced to it, and checked
+    by ``preemption_announced``): a stopped server cannot answer."""
     calls = [e for e in h.events if e["kind"] == "call" and e.get("counts", True)]
     found = [
         Violation(
@@ -464,9 +466,28 @@ def check_client_5xx(h: History) -> tuple[int, list[Violation]]:
             (),
         )
         for c in calls
-        if int(c["status"]) >= 500
+        if int(c["status"]) >= 500 and not _own_server_preempted(h, c)
     ]
     return len(calls), found
+
+
+def _own_server_preempted(h: History, call: dict[str, Any]) -> bool:
+    """Whether ``call`` went to its client's own server (``user/<client>/...``) and a
+    preemption ended that server's grant while the call was under way."""
+    user = str(call["client"])
+    if not str(call.get("path", "")).startswith(f"user/{user}/"):
+        return False
+    t0 = float(call["t"])
+    t1 = t0 + float(call.get("ms", 0.0)) / 1000
+    return any(
+        g["username"] == user
+        and g["server"] == ""
+        and g.get("end_kind") == "preempted"
+        and g.get("released_at") is not None
+        and float(g["granted_at"]) <= t1
+        and t0 <= float(g["released_at"])
+        for g in h.rows.get("grants", [])
+    )
 
 
 def check_heartbeats(h: History) -> tuple[int, list[Violation]]:
