@@ -58,15 +58,6 @@ def inherited_sockets() -> list[socket.socket]:
     return sockets
 
 
-def listening_sockets(port: int, ip: str) -> tuple[list[socket.socket], bool]:
-    """The sockets to serve on, and whether they came from the supervisor (else bound here;
-    ``OSError`` ``EADDRINUSE`` while another process holds the port)."""
-    inherited = inherited_sockets()
-    if inherited:
-        return inherited, True
-    return bind_sockets(port, ip), False
-
-
 async def listen(
     server: HTTPServer, port: int, ip: str, port_wait_s: float, stop_stale: Callable[[], None]
 ) -> list[socket.socket]:
@@ -77,7 +68,7 @@ async def listen(
     took_over = False
     while True:
         try:
-            sockets, _handed_down = listening_sockets(port, ip)
+            sockets = inherited_sockets() or bind_sockets(port, ip)
             server.add_sockets(sockets)
             return sockets
         except OSError as exc:
