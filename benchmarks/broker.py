@@ -67,6 +67,7 @@ from broker_spread import arm_lines, ratio_lines  # noqa: E402
 from brokerkit import static_tokens  # noqa: E402
 from brokerpolicies import bench, bench_nodes  # noqa: E402
 from pgserver import PgServer, pg_missing_reason  # noqa: E402
+from ports import free_port  # noqa: E402
 
 from jupyter_gpushare.broker.service.broker import Broker, new_id  # noqa: E402
 from jupyter_gpushare.broker.store.db import make_engine  # noqa: E402
@@ -114,12 +115,6 @@ def postgres_processes(db_url: str) -> list[int]:
                     if b"127.0.0.1(" in title:  # "postgres: USER DB 127.0.0.1(PORT) idle"
                         found.append(int(child))
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bench_policy(nodes: int) -> Any:

@@ -38,7 +38,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO / "tests")]
 
 from brokerkit import static_tokens  # noqa: E402
+from ports import free_port  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 
@@ -76,12 +76,6 @@ def kill_policy() -> Policy:
                 memory_mib=256),
     )
     return dataclasses.replace(pol, profiles=profiles)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclasses.dataclass

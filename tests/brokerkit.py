@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from typing import Any
 
+from ports import free_port
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.iostream import StreamClosedError
 
@@ -28,12 +28,6 @@ AsyncHTTPClient.configure(None, max_clients=512)
 COMMIT_MODE = os.environ.get("GPUSHARE_TEST_COMMIT_MODE", "auto")
 """``BrokerApp.commit_mode`` of the brokers tests start (``thread``: the writer thread on SQLite
 too, to run a test file against it)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def user_model(name: str, groups: list[str], extra: list[str] | None = None) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "labextension"
 OUT = REPO / "jupyter_gpushare" / "labextension"
@@ -40,14 +42,6 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 SCREENS = Path(os.environ.get("GPUSHARE_SCREENS", REPO / "benchmarks" / "out" / "screens"))
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def chromium_available() -> str | None:

@@ -12,11 +12,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 
 import pytest
+from ports import free_port as _free_port
 
 
 def _bindir() -> str | None:
@@ -36,12 +36,6 @@ def pg_missing_reason() -> str | None:
     except ImportError:
         return "psycopg2 not installed (pip install psycopg2-binary)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgServer:

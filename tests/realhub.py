@@ -43,7 +43,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -53,14 +52,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ports import free_port
+
 REPO = Path(__file__).resolve().parent.parent
 PROXY = REPO / "hub_config" / "proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proxy_available() -> bool:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from ports import free_port
 
 DB_READY_S = 60.0
 
@@ -37,12 +38,6 @@ DB_READY_S = 60.0
 def have_slurmdbd() -> bool:
     return all(shutil.which(b) for b in ("slurmctld", "slurmdbd", "mariadbd",
                                          "mariadb-install-db", "sacctmgr"))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], what: str,

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from ports import free_port
 from tornado import web
 from tornado.httpserver import HTTPServer
 
 TOKEN = "test-hub-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

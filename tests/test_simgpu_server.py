@@ -147,6 +147,9 @@ def test_over_the_limit_the_watchdog_restarts_the_kernel_and_its_use_is_gone(
             "GPU memory limit 14.0 GiB exceeded: kernel of big.ipynb used 20.0 GiB; "
             "the kernel was restarted")
         wait_for("old request deleted", request_file(lab, old_pid).exists, lambda e: not e)
+        # the restarted kernel binds the same ports; until IOPub's subscription is up again a
+        # cell's output is lost (CI once waited out the 60 s there): wait as at the start
+        kernel.client.wait_for_ready(timeout=120)
         assert kernel.pid() != old_pid
         assert wait_for("restarted kernel", lambda: own_use(lab, kernel.id)[0],
                         lambda m: m == 0.0) == 0.0
