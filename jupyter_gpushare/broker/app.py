@@ -40,7 +40,7 @@ from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile_loop
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
-from .ops.standby import FileStamp, file_stamp
+from .ops.standby import FileStamp, StartClock, file_stamp
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
@@ -385,16 +385,14 @@ class BrokerApp(Application):
 
     async def start_async(self) -> None:
         """Load the state from the database, listen, and reconcile in the background."""
-        if not self._built_ahead():
+        clock = StartClock()
+        ahead = self._built_ahead()
+        if not ahead:
             self.build()
+        clock.mark("built ahead by the standby" if ahead else "build")
         changes = load_frozen(self.broker.load) if self.gc_freeze else self.broker.load()
-        self.log.info(
-            "gpushare broker: %d live grants, %d queued, %d preempting; %d changed on load",
-            len(self.broker.state.grants),
-            len(self.broker.queue),
-            len(self.broker.pending),
-            len(changes),
-        )
+        clock.mark(f"state ({len(self.broker.state.grants)} live grants, {len(self.broker.queue)}"
+                   f" queued, {len(self.broker.pending)} preempting, {len(changes)} changed)")
         self._switch_interval_before: float | None = None
         mode = commit_mode_for(self.commit_mode, self.engine, self.broker.fast is not None)
         if mode != "inline":
@@ -403,6 +401,7 @@ class BrokerApp(Application):
                 self._switch_interval_before = sys.getswitchinterval()
                 sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
         await self.jobs.start()
+        clock.mark("jobs")
         if self.policy_file and self.policy is None and not self.policy_factory:
             self.reloader = PolicyReloader(
                 self.broker, self.policy_file, self.metrics.registry, parent=self
@@ -413,9 +412,9 @@ class BrokerApp(Application):
         self.sockets = await listen(
             self.server, self.port, self.ip, self.port_wait_s, self.lifetime.stop_stale_broker
         )
-        self.log.info(
-            "gpushare broker listening on http://%s:%d%s", self.ip, self.port, self.base_url
-        )
+        clock.mark("listen")
+        self.log.info("gpushare broker listening on http://%s:%d%s (%s)", self.ip, self.port,
+                      self.base_url, clock.text())
         self.lifetime.write_pid_file()
         tell_supervisor_ready(self.sockets)
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import select
+import time
 from collections.abc import Callable
 from typing import IO
 
@@ -36,3 +37,21 @@ def wait_for_go(stream: IO[bytes], refresh: Callable[[], None]) -> bool:
         if ready:
             return bool(os.read(stream.fileno(), 1))
         refresh()
+
+
+class StartClock:
+    """How long each step of a broker's start took (the ``listening`` log line says it: what
+    a takeover after a crash costs, step by step)."""
+
+    def __init__(self) -> None:
+        self.began = self._last = time.monotonic()
+        self.steps: list[tuple[str, float]] = []
+
+    def mark(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps.append((step, now - self._last))
+        self._last = now
+
+    def text(self) -> str:
+        parts = ", ".join(f"{step} {1000 * took:.0f} ms" for step, took in self.steps)
+        return f"ready {1000 * (self._last - self.began):.0f} ms after the start: {parts}"
