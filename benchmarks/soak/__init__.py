@@ -7,6 +7,8 @@
 * :mod:`.stack`: the real hub, its proxy, the broker under its supervisor, single-user
   servers (simulated GPUs) and the local batch backend, restartable;
 * :mod:`.faults`: the seeded fault schedule and the injector;
-* :mod:`.drivers`: simulated users of five teams, the admission prober and the snapshotter;
+* :mod:`.drivers`: simulated users of five teams and the snapshotter;
+* :mod:`.prober` (and :mod:`.probe_child`, its process): admission asked for every second,
+  the way the spawner asks, timed outside the harness's threads;
 * :mod:`.summary`: the printed summary, ending with ``violations: N``.
 """

@@ -2,8 +2,7 @@
 
 Each runs in a thread of its own until ``stop`` is set and records what it saw in the
 history: users through the hub's REST API (spawn, stop) and through their own server's
-gpushare extension (jobs: the lab's path), the prober through the spawner's own
-``BrokerClient`` (its retries are the spawner's), the snapshotter through the hub's REST API.
+gpushare extension (jobs: the lab's path), the snapshotter through the hub's REST API.
 """
 
 from __future__ import annotations
@@ -218,98 +217,6 @@ class User(threading.Thread):
             if status in (202, 204, 400, 404) and self.server() is None:
                 return
             time.sleep(1)
-
-
-class Prober(threading.Thread):
-    """Every ``interval_s`` asks for a 1/8 debug GPU the way the spawner does (its client,
-    its token, an idempotency key), records how long admission took and lets it go."""
-
-    def __init__(
-        self,
-        stack: Stack,
-        history: History,
-        faults: Faults,
-        user: str,
-        stop: threading.Event,
-        interval_s: float = 1.0,
-    ) -> None:
-        super().__init__(daemon=True, name="prober")
-        self.stack, self.h, self.faults, self.user = stack, history, faults, user
-        self.stopping, self.interval_s = stop, interval_s
-
-    def run(self) -> None:
-        import asyncio
-
-        asyncio.run(self.loop())
-
-    async def loop(self) -> None:
-        from jupyter_gpushare.broker.client import BrokerClient, BrokerError
-
-        client = BrokerClient(
-            self.stack.broker_url,
-            self.stack.tokens()["spawner"],
-            request_timeout=30,
-            connect_timeout=2,
-            retry_window_s=10,
-        )
-        n = 0
-        while not self.stopping.is_set():
-            n += 1
-            t0 = time.time()
-            body = {
-                "user": self.user,
-                "profile": "debug-eighth",
-                "server": "probe",
-                "idempotency_key": f"soak-probe-{n}-{t0}",
-            }
-            try:
-                status, answer = await client.call("POST", "/requests", body)
-            except BrokerError as exc:
-                status, answer = exc.status, str(exc)
-            ms = (time.time() - t0) * 1000
-            self.h.record(
-                "admission",
-                t=t0,
-                ms=round(ms, 2),
-                status=status,
-                in_fault=self.faults.any_at(t0) or self.faults.any_at(t0 + ms / 1000),
-                fault=self.faults.kind_at(t0) or self.faults.kind_at(t0 + ms / 1000),
-            )
-            self.h.record(
-                "call",
-                t=t0,
-                client="prober",
-                what="request",
-                method="POST",
-                path="/requests",
-                status=status,
-                ms=round(ms, 2),
-                # it stands in for the spawner, which lives in the hub
-                counts=not self.faults.hit(t0 - 1, t0 + ms / 1000 + 1, ("hub",)),
-                body=answer if status >= 400 else None,
-            )
-            grant = (answer or {}).get("grant") if isinstance(answer, dict) else None
-            if grant:
-                try:
-                    await client.call("DELETE", f"/grants/{grant['id']}")
-                except BrokerError as exc:
-                    self.h.record(
-                        "call",
-                        client="prober",
-                        what="release",
-                        method="DELETE",
-                        path="/grants",
-                        status=exc.status,
-                        counts=True,
-                        body=str(exc),
-                    )
-            await asyncio_sleep(self.interval_s)
-
-
-async def asyncio_sleep(s: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(s)
 
 
 class SlurmNodeWatch(threading.Thread):

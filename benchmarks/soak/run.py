@@ -22,9 +22,10 @@ from typing import Any
 import psutil
 
 from .audit import audit
-from .drivers import Faults, Prober, SlurmNodeWatch, Snapshotter, User, http
+from .drivers import Faults, SlurmNodeWatch, Snapshotter, User, http
 from .faults import Injector, schedule, summary_of
 from .history import History
+from .prober import Prober
 from .reclaim import Reclaimer
 from .report import ledger_hours, report_hours
 from .stack import Stack, policy_facts, start

@@ -10,8 +10,11 @@ session of its own and
   broker that served (it said so on its ready pipe, ``GPUSHARE_READY_FD``, once it listened)
   is replaced without delay however often it is killed; only a broker that dies before it
   ever served (a crash loop at start: a bad config, a database that is down) is restarted
-  after a growing delay. The next standby is started once the new broker serves, so its
-  imports do not compete with the new broker's start for the CPU;
+  after a growing delay. The next standby is started ``STANDBY_SETTLE_S`` after the new
+  broker serves, so its imports (about a second of CPU) compete neither with the new
+  broker's start nor with its first requests (a soak on 2 cores measured admissions of
+  80-280 ms in the second after a takeover while they did; a broker killed again within
+  that window is started cold);
 * **lets it outlive the hub's shutdown**: JupyterHub stops its managed services *before* the
   single-user servers, so a broker stopped with them would refuse every release of that
   shutdown. When the hub stops the supervisor (SIGINT/SIGTERM), the supervisor tells the
@@ -51,6 +54,7 @@ RESTART_DELAY_S = 0.1  # first delay after a broker that died before it served
 MAX_RESTART_DELAY_S = 5.0
 STABLE_AFTER_S = 10.0  # a broker that ran this long counts as having served
 POLL_S = 0.05  # how often the hub's life and the ready channel are looked at
+STANDBY_SETTLE_S = 2.0  # the next standby starts this long after the new broker serves
 
 
 def alive(pid: int) -> bool:
@@ -93,6 +97,7 @@ class Supervisor:
         self._wake_r, self._wake_w = -1, -1  # a signal's wake-up (signal.set_wakeup_fd)
         self._served: set[int] = set()  # child pids that said they serve
         self._started = 0.0  # when the running broker was started (monotonic)
+        self._served_at: float | None = None  # when it was first seen serving
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stopping = signum
@@ -194,11 +199,16 @@ class Supervisor:
         return child
 
     def _standby_when_served(self) -> None:
-        """Start the next standby once the running broker serves (not before: the two would
-        share the CPU while it starts)."""
+        """Start the next standby ``STANDBY_SETTLE_S`` after the running broker serves (not
+        before: the two would share the CPU while it starts and serves its first requests)."""
         if not self.standby_enabled or self.standby is not None or self.child is None:
             return
-        if self.served(self.child) or time.monotonic() - self._started > STABLE_AFTER_S:
+        now = time.monotonic()
+        if self._served_at is None and (
+            self.served(self.child) or now - self._started > STABLE_AFTER_S
+        ):
+            self._served_at = now
+        if self._served_at is not None and now - self._served_at >= STANDBY_SETTLE_S:
             self.standby = self._spawn(standby=True)
 
     def _drop_standby(self) -> None:
@@ -223,6 +233,7 @@ class Supervisor:
         delay = 0.0
         while True:
             started = self._started = time.monotonic()
+            self._served_at = None
             self.child = self._next_broker()
             pidfd = pid_fd(self.child.pid)
             try:
