@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .audit import Violation, _end
+from .audit_common import Violation, grant_end
 from .history import History
 
 TERMINAL = ("succeeded", "failed", "cancelled", "lost")
@@ -78,7 +78,7 @@ def check_jobs_run_once(h: History) -> tuple[int, list[Violation]]:
     for job_id, grants in held.items():
         grants.sort(key=lambda g: float(g["granted_at"]))
         for a, b in zip(grants, grants[1:], strict=False):
-            if float(b["granted_at"]) < _end(a, h.ended):
+            if float(b["granted_at"]) < grant_end(a, h.ended):
                 found.append(
                     Violation(
                         "job_twice",
