@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -120,6 +122,50 @@ async def test_a_refused_connection_is_retried_within_the_window_only() -> None:
     with pytest.raises(BrokerError):
         await off.call("GET", "/health")
     assert off.retries == 0
+
+
+class Cutter:
+    """A raw HTTP server that reads each request and closes the first ``cuts`` connections
+    without an answer (a broker killed mid-call), then answers 200; when each came."""
+
+    def __init__(self, cuts: int) -> None:
+        self.cuts = cuts
+        self.arrivals: list[float] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/api"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.arrivals.append(time.monotonic())
+                if len(self.arrivals) > self.cuts:
+                    body = b'{"status": "ok"}'
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                                 % (len(body), body))
+
+
+async def test_a_call_cut_without_an_answer_is_sent_again_at_once_then_with_backoff() -> None:
+    # the supervisor keeps the listening socket, so a call cut by a kill -9 is best sent again
+    # at once (it waits in the accept queue for the next broker); only the first cut of a
+    # call: a second one waits retry_delay_s as before
+    once = Cutter(cuts=1)
+    client = BrokerClient(once.url, "t", retry_window_s=10, retry_delay_s=1.0)
+    assert (await client.call("POST", "/requests", {"idempotency_key": "k"}))[0] == 200
+    assert len(once.arrivals) == 2 and once.arrivals[1] - once.arrivals[0] < 0.5
+    twice = Cutter(cuts=2)
+    client = BrokerClient(twice.url, "t", retry_window_s=10, retry_delay_s=1.0)
+    assert (await client.call("GET", "/grants"))[0] == 200
+    gaps = [b - a for a, b in zip(twice.arrivals, twice.arrivals[1:], strict=False)]
+    assert len(twice.arrivals) == 3 and gaps[0] < 0.5 and gaps[1] >= 1.0, gaps
+    for cutter in (once, twice):
+        cutter.sock.close()
 
 
 # -- kill -9 under load -----------------------------------------------------------------------

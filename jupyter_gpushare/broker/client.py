@@ -51,10 +51,12 @@ class BrokerError(Exception):
     """The broker could not be reached or answered with an error.
 
     ``transient``: the broker was unreachable or answered 502/503/504 (it may serve again
-    soon); ``unsent``: the connection was refused, so the broker received nothing."""
+    soon); ``unsent``: the connection was refused, so the broker received nothing;
+    ``unanswered``: no HTTP answer came at all (refused, cut, timed out)."""
 
     def __init__(self, status: int, reason: str, field: str | None = None, *,
-                 transient: bool = False, unsent: bool = False) -> None:
+                 transient: bool = False, unsent: bool = False,
+                 unanswered: bool = False) -> None:
         where = f" (field {field})" if field else ""
         super().__init__(f"broker error {status}: {reason}{where}")
         self.status = status
@@ -62,6 +64,7 @@ class BrokerError(Exception):
         self.field = field
         self.transient = transient
         self.unsent = unsent
+        self.unanswered = unanswered
 
 
 def _refused(exc: BaseException) -> bool:
@@ -205,8 +208,9 @@ class BrokerClient:
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         # a broker that restarts serves again within a few seconds: calls that are safe to
-        # send again are sent again for this long (0: never), first after retry_delay_s,
-        # then at growing intervals up to 0.5 s
+        # send again are sent again for this long (0: never), first after retry_delay_s
+        # (at once after the first call left unanswered), then at growing intervals up to
+        # 0.5 s
         self.retry_window_s = retry_window_s
         self.retry_delay_s = retry_delay_s
         self.retries = 0  # calls sent again, for logs and tests
@@ -232,15 +236,21 @@ class BrokerClient:
         window = self.retry_window_s if retry_window_s is None else retry_window_s
         deadline = time.monotonic() + window
         delay = self.retry_delay_s
+        at_once = True  # the first call left unanswered is sent again without waiting
         while True:
             try:
                 return await self._once(method, path, body, query, ok_statuses)
             except BrokerError as exc:
                 if not self._may_retry(method, body, exc) or time.monotonic() + delay > deadline:
                     raise
+                # a broker killed mid-call under its supervisor: the supervisor keeps the
+                # listening socket, so a new connection waits for the next broker in the
+                # accept queue; waiting first only adds to the gap (a soak's probes)
+                wait, at_once = (0.0, False) if exc.unanswered and at_once else (delay, at_once)
             self.retries += 1
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, 0.5)
+            await asyncio.sleep(wait)
+            if wait:
+                delay = min(2 * delay, 0.5)
 
     @staticmethod
     def _may_retry(method: str, body: dict[str, Any] | None, exc: BrokerError) -> bool:
@@ -280,7 +290,8 @@ class BrokerClient:
             resp = await AsyncHTTPClient().fetch(req, raise_error=False)
         except (OSError, HTTPClientError) as exc:
             raise BrokerError(
-                503, f"{unreachable}: {exc}", transient=True, unsent=_refused(exc)
+                503, f"{unreachable}: {exc}", transient=True, unsent=_refused(exc),
+                unanswered=True,
             ) from exc
         data: Any = None
         if resp.body:
@@ -291,7 +302,7 @@ class BrokerClient:
         if resp.code == 599:
             raise BrokerError(
                 503, f"{unreachable}: {resp.error}", transient=True,
-                unsent=resp.error is not None and _refused(resp.error),
+                unsent=resp.error is not None and _refused(resp.error), unanswered=True,
             )
         if 200 <= resp.code < 300 or resp.code in ok_statuses:
             return resp.code, data
