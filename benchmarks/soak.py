@@ -54,6 +54,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "the broker runs on its own (setup_gpushare(broker_managed=False)) through hub faults",
     )
     p.add_argument(
+        "--proxy", choices=("hub", "outside"), default="hub",
+        help="hub: the hub starts configurable-http-proxy (and stops and starts it again when "
+        "it restarts, about 4 s of a hub fault's recovery); outside: the proxy runs apart "
+        "(ConfigurableHTTPProxy.should_start = False, as z2jh and TLJH deploy it)",
+    )
+    p.add_argument(
         "--db", choices=("sqlite", "postgresql"), default="sqlite",
         help="the broker's database: SQLite (its fault: locked) or a PostgreSQL server of the "
         "run's own (its fault: stopped and started)",

@@ -75,6 +75,7 @@ class RealHub:
         self.api_url = self.url + "/hub/api"
         self.admin_token = admin_token
         self.proc = proc
+        self.proxy_proc: subprocess.Popen[bytes] | None = None  # a proxy run apart, if so
 
     def api(
         self,
@@ -174,15 +175,40 @@ class RealHub:
         # the proxy and managed services run in the hub's process group
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proxy_proc is not None and self.proxy_proc.poll() is None:
+            self.proxy_proc.kill()
+            self.proxy_proc.wait(10)
+
+
+def start_proxy(tmp: Path, port: int, proxy_api: int, hub_api_port: int,
+                token: str) -> subprocess.Popen[bytes]:
+    """configurable-http-proxy run apart from the hub (as z2jh and TLJH deploy it): the hub
+    neither stops nor starts it when it restarts (``ConfigurableHTTPProxy.should_start``)."""
+    log = open(tmp / "proxy.log", "wb")  # noqa: SIM115 - closed with the process
+    hub = f"http://127.0.0.1:{hub_api_port}"
+    return subprocess.Popen(
+        [str(PROXY), "--ip", "127.0.0.1", "--port", str(port), "--api-ip", "127.0.0.1",
+         "--api-port", str(proxy_api), "--default-target", hub,
+         "--error-target", f"{hub}/hub/error"],
+        cwd=tmp, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env=dict(os.environ, CONFIGPROXY_AUTH_TOKEN=token),
+    )
 
 
 def start_hub(
-    tmp: Path | str, extra_config: str = "", env: dict[str, str] | None = None, timeout: float = 90
+    tmp: Path | str, extra_config: str = "", env: dict[str, str] | None = None, timeout: float = 90,
+    proxy_outside: bool = False,
 ) -> RealHub:
+    """A JupyterHub in ``tmp`` with its proxy (started by the hub, or with ``proxy_outside``
+    run apart: :func:`start_proxy`), answering its API, or an error with its log."""
     tmp = Path(tmp)
     tmp.mkdir(parents=True, exist_ok=True)
     port, api_port, proxy_api = free_port(), free_port(), free_port()
     admin_token = secrets.token_hex(24)
+    proxy_token = secrets.token_hex(24)
+    if proxy_outside:
+        extra_config += (f"\nc.ConfigurableHTTPProxy.should_start = False"
+                         f"\nc.ConfigurableHTTPProxy.auth_token = {proxy_token!r}\n")
     venv_bin = Path(sys.executable).parent
     config = f"""
 HUB_TMP = {str(tmp)!r}
@@ -209,6 +235,8 @@ c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env["PATH"] = f"{venv_bin}:{full_env.get('PATH', '')}"
+    proxy_proc = (start_proxy(tmp, port, proxy_api, api_port, proxy_token)
+                  if proxy_outside else None)
     log = open(tmp / "hub.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
@@ -219,6 +247,7 @@ c.JupyterHub.load_roles = [{{"name": "admin", "services": ["test-admin"]}}]
         start_new_session=True,
     )
     hub = RealHub(tmp, port, api_port, admin_token, proc)
+    hub.proxy_proc = proxy_proc
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

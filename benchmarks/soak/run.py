@@ -68,9 +68,11 @@ def run(args: argparse.Namespace) -> int:
         if slurm is not None:
             parts.callback(slurm.cleanup)
         stack = start(
-            tmp, POLICY, h.settings, broker_outside=args.broker == "outside", pg=pg, slurm=slurm
+            tmp, POLICY, h.settings, broker_outside=args.broker == "outside", pg=pg, slurm=slurm,
+            proxy_outside=args.proxy == "outside",
         )
-        h.settings.update(broker=args.broker, db=args.db, slurm=bool(args.slurm))
+        h.settings.update(broker=args.broker, db=args.db, slurm=bool(args.slurm),
+                          proxy=args.proxy)
         code = 2
         try:
             code = drive_and_audit(args, seed, stack, h)

@@ -276,12 +276,14 @@ def start(
     broker_outside: bool = False,
     pg: Any = None,
     slurm: Any = None,
+    proxy_outside: bool = False,
 ) -> Stack:
     """The stack; with ``broker_outside`` the broker runs outside the hub (``hubsetup``'s
     ``broker_managed=False``, started from its launch file) and outlives the hub's faults;
     with ``pg`` (a running ``PgServer``) the broker's database is PostgreSQL; with
     ``slurm`` (a running ``SlurmCluster`` whose nodes are the policy's job nodes) the jobs
-    run as Slurm jobs (``SlurmBackend``)."""
+    run as Slurm jobs (``SlurmBackend``); with ``proxy_outside`` the proxy runs apart from the
+    hub (``realhub.start_proxy``) and goes on through hub faults."""
     tmp.mkdir(parents=True, exist_ok=True)
     policy = tmp / "policy.yaml"
     policy.write_text(policy_text)
@@ -289,7 +291,7 @@ def start(
     db_url = pg.new_database(PG_DATABASE) if pg is not None else None
     conf = slurm.conf_path if slurm is not None else None
     config = hub_config(policy, broker_port, settings, broker_outside, db_url, conf)
-    hub = start_hub(tmp / "hub", extra_config=config)
+    hub = start_hub(tmp / "hub", extra_config=config, proxy_outside=proxy_outside)
     stack = Stack(tmp, hub, broker_port, policy, policy_text, pg=pg, slurm=slurm)
     if broker_outside:
         stack.launch_broker()

@@ -68,7 +68,8 @@ def render(h: History, out: Outcome) -> str:
         f"stack: broker {h.settings.get('broker', 'managed')} "
         f"({'outside the hub' if h.settings.get('broker') == 'outside' else 'the hub starts it'}),"
         f" database {h.settings.get('db', 'sqlite')}, jobs on "
-        f"{'a real Slurm cluster' if h.settings.get('slurm') else 'the local batch backend'}",
+        f"{'a real Slurm cluster' if h.settings.get('slurm') else 'the local batch backend'}, "
+        f"proxy {'run apart' if h.settings.get('proxy') == 'outside' else 'started by the hub'}",
     ]
     lines.append(
         "faults injected: " + (", ".join(f"{k} {n}" for k, n in sorted(faults.items())) or "none")
