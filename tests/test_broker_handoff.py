@@ -51,6 +51,35 @@ def broker_pid(tmp_path: Path) -> int:
         return 0
 
 
+def start_supervisor(tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    """The real supervisor (outside a hub) running the broker on ``port``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor", "--external",
+         *broker_args(tmp_path, port)],
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+
+
+def serving_with_standby(tmp_path: Path, port: int,
+                         sup: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """(the serving broker's pid, its warm standby's), once both are there."""
+    wait_for(lambda: health(port), 60, "the broker answering")
+    first = broker_pid(tmp_path)
+    wait_for(lambda: len(children(sup.pid) - {first}) == 1, 60, "a warm standby")
+    (standby,) = children(sup.pid) - {first}
+    return first, standby
+
+
+def stop_supervisor(sup: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(sup.pid, signal.SIGTERM)
+    sup.wait(30)
+    for pid in children(sup.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def get_health(port: int, results: list[object]) -> None:
     """One GET /health on a connection opened now; what came back (or the error)."""
     try:
@@ -66,22 +95,9 @@ def get_health(port: int, results: list[object]) -> None:
 
 def test_a_connection_during_a_restart_waits_for_the_next_broker(tmp_path: Path) -> None:
     port = free_port()
-    sup = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyter_gpushare.broker.ops.supervisor",
-            "--external",
-            *broker_args(tmp_path, port),
-        ],
-        cwd=tmp_path,
-        start_new_session=True,
-    )
+    sup = start_supervisor(tmp_path, port)
     try:
-        wait_for(lambda: health(port), 60, "the broker answering")
-        first = broker_pid(tmp_path)
-        wait_for(lambda: len(children(sup.pid) - {first}) == 1, 60, "a warm standby")
-        (standby,) = children(sup.pid) - {first}
+        first, standby = serving_with_standby(tmp_path, port, sup)
         # the standby inherited the listening socket the first broker bound (not a bind
         # of its own): the same socket (same inode) in both processes
         sock_inode = {
@@ -101,12 +117,7 @@ def test_a_connection_during_a_restart_waits_for_the_next_broker(tmp_path: Path)
         assert results and results[0] == "HTTP/1.1 200 OK", results
         assert broker_pid(tmp_path) == standby
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(sup.pid, signal.SIGTERM)
-        sup.wait(30)
-        for pid in children(sup.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        stop_supervisor(sup)
 
 
 def test_a_broker_stopped_by_sigterm_skips_the_interpreter_teardown(tmp_path: Path) -> None:

@@ -10,16 +10,18 @@ brokers: after a kill -9 the standby serves, and the next standby is started no 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from realhub import free_port
-from test_broker_handoff import broker_args, broker_pid
+from test_broker_handoff import (
+    broker_pid,
+    serving_with_standby,
+    start_supervisor,
+    stop_supervisor,
+)
 from test_broker_lifecycle import alive, health, wait_for
 from test_broker_supervisor import children
 
@@ -30,17 +32,9 @@ SEEN_LATE_S = 0.5  # how much later than the supervisor this test may see the br
 
 def test_the_next_standby_starts_only_once_the_new_broker_has_settled(tmp_path: Path) -> None:
     port = free_port()
-    sup = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_gpushare.broker.ops.supervisor", "--external",
-         *broker_args(tmp_path, port)],
-        cwd=tmp_path,
-        start_new_session=True,
-    )
+    sup = start_supervisor(tmp_path, port)
     try:
-        wait_for(lambda: health(port), 60, "the broker answering")
-        first = broker_pid(tmp_path)
-        wait_for(lambda: len(children(sup.pid) - {first}) == 1, 60, "a warm standby")
-        (standby,) = children(sup.pid) - {first}
+        first, standby = serving_with_standby(tmp_path, port, sup)
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not alive(first), 10, "the killed broker gone")
         wait_for(lambda: broker_pid(tmp_path) == standby and health(port), 30,
@@ -52,9 +46,4 @@ def test_the_next_standby_starts_only_once_the_new_broker_has_settled(tmp_path: 
             f"the next standby started {waited:.2f}s after the takeover served")
         assert waited < STANDBY_SETTLE_S + 30  # and it does come
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(sup.pid, signal.SIGTERM)
-        sup.wait(30)
-        for pid in children(sup.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        stop_supervisor(sup)
