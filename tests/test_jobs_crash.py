@@ -158,6 +158,11 @@ async def test_kill_9_with_jobs_running_and_queued(tmp_path: Path) -> None:
         assert any("while the broker was down" in e["reason"] for e in events["events"])
         _, grants = await call(url, "GET", "/grants", "tok-admin")
         assert grants["grants"] == []  # every grant ended with its run
+        # the admin's log warns of what changed while the broker was down, not of the job
+        # that simply ran on (a reattach is the normal case of every restart)
+        text = (tmp_path / "broker.log").read_text()
+        assert f"WARNING | jobs on start: job {dies} (running): " in text, text[-3000:]
+        assert f"WARNING | jobs on start: job {keeps} " not in text, text[-3000:]
     finally:
         for p in procs:
             if p.poll() is None:

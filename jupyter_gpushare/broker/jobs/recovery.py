@@ -57,6 +57,9 @@ async def recover(manager: Recovering) -> list[str]:
         )
         live = job.grant_id in manager.broker.state.grants or job.request_id in grants
         changes.append(f"job {job.id} ({job.state.value}): {verdict.value}")
+        # a running job reattached is the normal case after a restart; the rest is news
+        quiet = verdict is Verdict.REATTACH and job.state is JobState.RUNNING and live
+        log.log(logging.INFO if quiet else logging.WARNING, "jobs on start: %s", changes[-1])
         if verdict is Verdict.START:
             continue  # the loop starts it (or asks again if its grant is gone)
         if job.state is JobState.ADMITTED:
@@ -91,6 +94,4 @@ async def recover(manager: Recovering) -> list[str]:
                 grant_id=None,
                 error={"summary": "the job's process ended while the broker was down"},
             )
-    for line in changes:
-        log.warning("jobs on start: %s", line)
     return changes
