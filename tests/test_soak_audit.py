@@ -462,6 +462,25 @@ def train_request_refused() -> History:
     return with_figures(h)
 
 
+def test_a_teams_earlier_request_being_admitted_claims_its_guarantee_first() -> None:
+    # seeds 105 and 106: a team's batch job asked at +595 and got the team's one train GPU at
+    # +602 by preemption; its reclaim request at +600 came second and was refused. Refusing it
+    # was right: the guarantee was the earlier request's
+    h = train_request_refused()
+    assert [v.check for v in audit(h).violations] == ["admission"]
+    h.rows["requests"].append(request("r8", "dave", "vision", "train", "job-1gpu", T0 + 595))
+    h.rows["grants"].append(grant("g8", "dave", "vision", "train", "batch", "job-8", 1000,
+                                  [("T0", 1000, 1000)], T0 + 602, T0 + 650))
+    assert audit(with_figures(h)).violations == []
+    # one asked after it, or another team's, claims nothing of vision's guarantee
+    for team, asked in (("vision", T0 + 601), ("nlp", T0 + 595)):
+        other = train_request_refused()
+        other.rows["requests"].append(request("r8", "dave", team, "train", "job-1gpu", asked))
+        other.rows["grants"].append(grant("g8", "dave", team, "train", "batch", "job-8", 1000,
+                                          [("T0", 1000, 1000)], T0 + 602, T0 + 650))
+        assert "admission" in [v.check for v in audit(with_figures(other)).violations]
+
+
 def test_a_guarantee_is_held_against_the_nodes_slurm_had_in_service() -> None:
     h = train_request_refused()
     assert [v.check for v in audit(h).violations] == ["admission"]

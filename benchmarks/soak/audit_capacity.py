@@ -102,6 +102,22 @@ def _team_use_at(
     )
 
 
+def _team_waiting_at(
+    grants: list[dict[str, Any]], requests: list[dict[str, Any]], team: str, pool: str, t: float,
+    but: str,
+) -> int:
+    """What the team's earlier requests in ``pool`` that were still being admitted at ``t``
+    (asked before it, granted after it: a preemption for them under way) later got. The
+    broker serves a team's requests in order, so they claim its guarantee first."""
+    asked = {r["id"]: float(r["created_at"]) for r in requests
+             if r["team"] == team and r["pool"] == pool and r["id"] != but}
+    return sum(
+        int(g["units_milli"])
+        for g in grants
+        if g["request_id"] in asked and asked[g["request_id"]] < t < float(g["granted_at"])
+    )
+
+
 def _outage_within(h: History, start: float, end: float) -> float:
     """Seconds of [start, end) during which the broker itself was down (a fault of the hub,
     which takes its managed broker with it, or of the broker, until it served again): they
@@ -149,22 +165,24 @@ def _node_killed(e: dict[str, Any], nodes: set[str], start: float, end: float) -
 
 
 def check_admission(h: History) -> tuple[int, list[Violation]]:
-    """A request inside its team's guarantee is admitted within the stated time, unless
+    """A request inside its team's guarantee (counting what the team held and what its
+    earlier requests were being admitted to) is admitted within the stated time, unless
     Slurm itself had a node of its pool out of service meanwhile (with ``--slurm``)."""
     within = float(h.settings["admit_within_s"])
     grants = h.rows.get("grants", [])
     by_request = {g["request_id"]: g for g in grants}
     profiles = h.policy["profiles"]
     checked, found = 0, []
-    for r in h.rows.get("requests", []):
+    requests = h.rows.get("requests", [])
+    for r in requests:
         units = int(profiles.get(r["profile"], {}).get("units", 0))
         t0 = float(r["created_at"])
         q = _quota(h, r["team"], r["pool"])
         if not units or t0 + within > h.ended:
             continue
-        if _team_use_at(grants, r["team"], r["pool"], t0, h.ended, r["id"]) + units > int(
-            q["guaranteed"]
-        ):
+        held = _team_use_at(grants, r["team"], r["pool"], t0, h.ended, r["id"])
+        held += _team_waiting_at(grants, requests, r["team"], r["pool"], t0, r["id"])
+        if held + units > int(q["guaranteed"]):
             continue
         g = by_request.get(r["id"])
         answered = float(g["granted_at"]) if g is not None else t0 + within
