@@ -399,9 +399,11 @@ class SlurmCluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(5)
 
-    def restart_node(self, name: str, *, wait: bool = True) -> None:
+    def restart_node(self, name: str, *, wait: bool = True, busy_ok: bool = False) -> None:
         """Start the node's slurmd again (after :meth:`kill_node`), resume it if Slurm keeps
-        it down, and wait until it is idle."""
+        it down, and wait until it is idle (``busy_ok``: or in service with jobs on it, as on
+        a cluster that goes on scheduling meanwhile, the soak's)."""
+        wanted = IN_SERVICE_STATES if busy_ok else {"idle"}
         node = self.nodes[name]
         if node.proc is not None and node.proc.poll() is None:
             self.kill_node(name)
@@ -410,7 +412,7 @@ class SlurmCluster:
             deadline = time.monotonic() + SLURM_READY_S
             while time.monotonic() < deadline:
                 state = self.node_states().get(name, "")
-                if state == "idle":
+                if state in wanted:
                     return
                 if state.startswith(("down", "drain")):
                     self.run("scontrol", "update", f"nodename={name}", "state=resume",

@@ -349,7 +349,8 @@ class Injector(threading.Thread):
     def slurm_node_kill9(self, p: Planned) -> tuple[str, float | None]:
         """kill -9 of a Slurm node (its slurmd and every job process on it: a dead machine),
         a node with a job running where there is one; started again after ``hold_s``;
-        recovered when the node is idle in Slurm again."""
+        recovered when Slurm has the node in service again (idle, or running what it was
+        given meanwhile)."""
         cluster = self.stack.slurm
         status, body = http(self.stack.broker_url + "/jobs?all=1",
                             self.stack.hub.token_for("boss", note="soak fault"))
@@ -360,7 +361,7 @@ class Injector(threading.Thread):
         t0 = time.time()
         cluster.kill_node(name)
         self.stopping.wait(p.hold_s)
-        cluster.restart_node(name)
+        cluster.restart_node(name, busy_ok=True)  # jobs land on it at once
         took = time.time() - t0
         self.faults.close(w)
         return f"Slurm node {name}" + (" (running a job)" if busy else ""), took
