@@ -137,3 +137,15 @@ def test_wait_for_go_refreshes_while_it_waits(monkeypatch: pytest.MonkeyPatch) -
         assert len(refreshed) >= 3
         os.close(write)  # the supervisor went away: leave
         assert standby.wait_for_go(stream, lambda: None) is False
+
+
+def test_the_start_clock_says_each_step_in_milliseconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_gpushare.broker.ops import standby
+
+    now = iter([100.0, 100.007, 100.013, 100.014])
+    monkeypatch.setattr(standby.time, "monotonic", lambda: next(now))
+    clock = standby.StartClock()
+    clock.mark("state")
+    clock.mark("jobs")
+    clock.mark("listen")
+    assert clock.text() == "ready 14 ms after the start: state 7 ms, jobs 6 ms, listen 1 ms"

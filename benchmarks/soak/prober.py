@@ -44,7 +44,9 @@ class Prober(threading.Thread):
         assert child.stdout is not None
         for line in child.stdout:
             self.record(json.loads(line))
-        child.wait()
+        if child.wait() != 0 and not self.stopping.is_set():  # the summary would just thin out
+            print(f"soak: the admission prober exited with {child.returncode}; no more probes",
+                  file=sys.stderr, flush=True)
 
     def _stop_child_when_done(self, child: subprocess.Popen[str]) -> None:
         self.stopping.wait()

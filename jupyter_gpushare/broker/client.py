@@ -243,10 +243,12 @@ class BrokerClient:
             except BrokerError as exc:
                 if not self._may_retry(method, body, exc) or time.monotonic() + delay > deadline:
                     raise
-                # a broker killed mid-call under its supervisor: the supervisor keeps the
-                # listening socket, so a new connection waits for the next broker in the
-                # accept queue; waiting first only adds to the gap (a soak's probes)
-                wait, at_once = (0.0, False) if exc.unanswered and at_once else (delay, at_once)
+                wait = delay
+                if exc.unanswered and at_once:
+                    # a broker killed mid-call under its supervisor: the supervisor keeps the
+                    # listening socket, so a new connection waits for the next broker in the
+                    # accept queue; waiting first only adds to the gap (a soak's probes)
+                    wait, at_once = 0.0, False
             self.retries += 1
             await asyncio.sleep(wait)
             if wait:
