@@ -20,6 +20,9 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
+from .cofit import good_steps
+from .model import UNIT
+
 Shape = tuple[int, int, int, tuple[str, ...]]
 """(CPU milli, per-GPU milli, number of GPUs, allowed GPU models; empty: any)."""
 
@@ -91,8 +94,18 @@ class FragTable:
     are keyed by that *level* rather than the exact free CPU.
     """
 
-    def __init__(self, shapes: Sequence[tuple[Shape, float]]) -> None:
+    def __init__(
+        self,
+        shapes: Sequence[tuple[Shape, float]],
+        fractions: Sequence[tuple[int, float]] | None = None,
+    ) -> None:
         self.shapes = list(shapes)
+        # (per-GPU milli, how often asked) of the fractions the GPUs are packed for
+        self.fractions = (
+            list(fractions)
+            if fractions is not None
+            else [(milli, p * num) for (_, milli, num, _), p in self.shapes if 0 < milli < UNIT]
+        )
         self.cpu_levels = sorted({s[0] for s, _ in self.shapes})
         self._memo: dict[tuple[str, int, tuple[int, ...]], float] = {}
         # GPU shapes grouped by (per-GPU milli, count, models); per group and CPU level the
@@ -108,6 +121,15 @@ class FragTable:
         self._classes: dict[str, str] = {}
         self._hostable: dict[tuple[str, int, tuple[int, ...]], float] = {}
         self._live: dict[tuple[str, int], _Live] = {}
+        self._steps: frozenset[int] | None = None
+
+    @property
+    def good_steps(self) -> frozenset[int]:
+        """The steps a GPU takes on the way to a packing of the fractions asked for
+        (:func:`.cofit.good_steps`), made on first use."""
+        if self._steps is None:
+            self._steps = good_steps(self.fractions)
+        return self._steps
 
     def model_class(self, model: str) -> str:
         """A name shared by every GPU model that the target's shapes treat alike.

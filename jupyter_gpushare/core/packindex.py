@@ -103,7 +103,7 @@ class PoolIndex(ShortLists):
     def __init__(self, nodes: list[NodeState], workload: Workload) -> None:
         self.workload = workload
         self.scarcity = scarcity_of(nodes)
-        self.table = FragTable(self._target())
+        self.table = FragTable(self._target(), self._fractions())
         self.views: dict[str, NodeView] = {}
         self.kind_heaps: dict[tuple, list[int]] = {}
         self.by_pos: list[NodeView] = []
@@ -164,13 +164,22 @@ class PoolIndex(ShortLists):
             and abs(scale - self.scale) < RETARGET_MARGIN
         ):
             return False
-        old, self.table = self.table, FragTable(target)
+        old, self.table = self.table, FragTable(target, self._fractions())
         self.scale = scale
         self.weight = STARVATION_WEIGHT * scale
         self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
         # the old table's memos too (every dict it holds)
         self._drop_memos(*(v for v in vars(old).values() if isinstance(v, dict)))
         return True
+
+    def _fractions(self) -> list[tuple[int, float]]:
+        """(per-GPU milli, GPUs asked) of every fraction seen (not only the target's
+        shapes): the mix :func:`.cofit.good_fills` packs."""
+        return [
+            (milli, float(count * num))
+            for (_, milli, num, _), count in self.workload.counts.items()
+            if 0 < milli < UNIT
+        ]
 
     def _target(self) -> list[tuple[Shape, float]]:
         """The target workload of this pool: the learned shapes weighed by their scarcity."""

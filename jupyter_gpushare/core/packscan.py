@@ -14,6 +14,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
+from .cofit import COFIT_PENALTY, fill_step
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT
 from .packrows import NodeView, Row
@@ -140,6 +141,7 @@ class RankedScan:
             result = (table.frag(view.model, after_level, units) - before, ())
         elif num == 1 and milli < UNIT:
             best: tuple[float, int] | None = None
+            steps = table.good_steps
             for k, free in enumerate(units):
                 if free < milli or (k and units[k - 1] == free):
                     continue
@@ -147,6 +149,8 @@ class RankedScan:
                 j = bisect_left(units, rest, 0, k)  # stays sorted: rest < free
                 new = units[:j] + (rest,) + units[j:k] + units[k + 1 :]
                 delta = table.frag(view.model, after_level, new) - before
+                if rest and fill_step(UNIT - free, UNIT - rest) not in steps:
+                    delta += COFIT_PENALTY  # a step none of the learned packings takes
                 if best is None or delta < best[0] - 1e-9:
                     best = (delta, free)
             assert best is not None
