@@ -26,12 +26,19 @@ from traitlets.config import Application
 
 from ..core.model import Policy
 from .api.admin_page import admin_routes
-from .api.auth import BrowserLogin, HubTokenAuthenticator, TokenAuthenticator, cookie_secret
+from .api.auth import (
+    BrowserLogin,
+    HubTokenAuthenticator,
+    Identity,
+    TokenAuthenticator,
+    cookie_secret,
+)
 from .api.handler_base import Context, request_logger
 from .api.handlers import routes
 from .api.pages import page_routes
 from .hubclient import HubClient
 from .jobs.runner import JobManager, JobsBatchBackend
+from .ops.carry import Carry
 from .ops.culler import GPUCuller
 from .ops.gcpace import CollectorPacer, load_frozen
 from .ops.handoff import listen, tell_supervisor_ready
@@ -40,14 +47,13 @@ from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile_loop
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
-from .ops.standby import FileStamp, StartClock, file_stamp
+from .ops.standby import StartClock, WarmStandby
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
 from .service.preempt import BatchBackend, NoticeHub, PreemptionRunner
 from .store.commitmode import commit_mode_for
 from .store.db import make_engine
-from .store.migrate import schema_at_head
 
 
 def _import(path: str) -> Any:
@@ -55,7 +61,7 @@ def _import(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-class BrokerApp(Application):
+class BrokerApp(WarmStandby, Application):
     """The gpushare broker: owner of all GPU grants, quotas and the GPU-hour ledger."""
 
     name = "gpushare-broker"
@@ -217,6 +223,17 @@ class BrokerApp(Application):
     @default("pid_file")
     def _pid_file(self) -> str:
         return "gpushare-broker.pid" if os.environ.get("GPUSHARE_SUPERVISOR_PID") else ""
+
+    carry_file = Unicode(
+        config=True,
+        help="File of the hub's recent answers (tokens' identities, users' groups) for the "
+        "broker that takes over (broker/ops/carry.py); default gpushare-carry.jsonl under "
+        "the supervisor, else none.",
+    )
+
+    @default("carry_file")
+    def _carry_file(self) -> str:
+        return "gpushare-carry.jsonl" if os.environ.get("GPUSHARE_SUPERVISOR_PID") else ""
     port_wait_s = Float(
         15.0,
         config=True,
@@ -243,8 +260,6 @@ class BrokerApp(Application):
 
     policy = AnyTrait(None, allow_none=True, help="A core Policy object (set in-process).")
     _lifetime: Lifetime | None = None
-    # the policy file's stamp when a warm standby built the service ahead (.ops.standby)
-    _built_from: FileStamp | None = None
 
     @default("db_url")
     def _db_url(self) -> str:
@@ -297,27 +312,6 @@ class BrokerApp(Application):
 
         return load_policy(self.policy_file, discover)
 
-    def prepare_standby(self) -> None:
-        """What a warm standby does before it is needed, and again every ``REFRESH_S`` while
-        it waits (:mod:`.ops.standby`): build the service from the policy file as it is now
-        and read the database's schema version (nothing written), so that taking over loads
-        only the state. A file changed since is read again at the start, as always."""
-        if getattr(self, "engine", None) is not None:
-            self.engine.dispose()
-        stamp = file_stamp(self.policy_file) if self.policy_file else None
-        try:
-            self.build()
-            schema_at_head(self.engine)
-        except (Exception, SystemExit):  # noqa: BLE001 - the start reports it, not the standby
-            self._built_from = None
-            return
-        self._built_from = stamp
-
-    def _built_ahead(self) -> bool:
-        """Whether a standby built the service from the policy file as it still is."""
-        built, self._built_from = self._built_from, None
-        return built is not None and built == file_stamp(self.policy_file)
-
     def build(self) -> web.Application:
         """Create the service, the database and the tornado app (no listening yet)."""
         policy = self.load_policy()
@@ -355,6 +349,10 @@ class BrokerApp(Application):
             auth_kwargs.update(api_url=self.hub_api_url, api_token=self.api_token)
         self.auth = self.authenticator_class(**auth_kwargs)
         self.checker = self.holder_checker_class(parent=self, hub=self.hub, backend=self.backend)
+        self.carry = (
+            Carry(self.carry_file, self.auth, self.hub, Identity)
+            if self.carry_file else None
+        )
         self.ctx = Context(
             self.broker,
             self.auth,
@@ -408,6 +406,9 @@ class BrokerApp(Application):
             )
             self.reloader.started()
             self.ctx.reloader = self.reloader
+        if self.carry is not None:
+            self.carry.hand_over()
+            clock.mark(f"carried ({len(self.carry.identities)} token identities)")
         self.server = HTTPServer(self.web_app, xheaders=True)
         self.sockets = await listen(
             self.server, self.port, self.ip, self.port_wait_s, self.lifetime.stop_stale_broker

@@ -13,7 +13,9 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
+
+from ..store.migrate import schema_at_head
 
 REFRESH_S = 30.0  # how stale a service built ahead (and its discovered nodes) may be
 
@@ -37,6 +39,44 @@ def wait_for_go(stream: IO[bytes], refresh: Callable[[], None]) -> bool:
         if ready:
             return bool(os.read(stream.fileno(), 1))
         refresh()
+
+
+class WarmStandby:
+    """The standby's part of ``BrokerApp`` (a mixin: ``build``, ``engine``, ``carry`` and
+    ``policy_file`` are the app's)."""
+
+    # the policy file's stamp when a warm standby built the service ahead
+    _built_from: FileStamp | None = None
+    policy_file: str
+    engine: Any
+    carry: Any
+
+    def build(self) -> Any:  # pragma: no cover - the app's
+        raise NotImplementedError
+
+    def prepare_standby(self) -> None:
+        """What a warm standby does before it is needed, and again every ``REFRESH_S`` while
+        it waits: build the service from the policy file as it is now, read the database's
+        schema version (nothing written) and what the serving broker carries over
+        (:mod:`.carry`), so that taking over loads only the state. A file changed since is
+        read again at the start, as always."""
+        if getattr(self, "engine", None) is not None:
+            self.engine.dispose()
+        stamp = file_stamp(self.policy_file) if self.policy_file else None
+        try:
+            self.build()
+            schema_at_head(self.engine)
+            if self.carry is not None:
+                self.carry.read()
+        except (Exception, SystemExit):  # noqa: BLE001 - the start reports it, not the standby
+            self._built_from = None
+            return
+        self._built_from = stamp
+
+    def _built_ahead(self) -> bool:
+        """Whether a standby built the service from the policy file as it still is."""
+        built, self._built_from = self._built_from, None
+        return built is not None and built == file_stamp(self.policy_file)
 
 
 class StartClock:
