@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, case, func, or_, select
 
 from ...core.ledger import Interval, gpu_hours, month_bounds, month_of
-from ...core.model import Grant
+from ...core.model import UNIT, Grant
 from ..store.db import grants_table
 from .ledger_month import MonthLedger
 
@@ -45,34 +45,28 @@ class Ledger:
         return self.month
 
     def reset(self, now: float, live: Iterable[Grant]) -> None:
-        """Rebuild the month of ``now`` from the closed intervals and the live grants."""
+        """Rebuild the month of ``now`` from the closed intervals and the live grants.
+
+        The closed intervals are summed by the database, per (team, pool): this runs at
+        every start, before the broker serves (a takeover after a crash waits for it), and
+        the month's closed intervals grow with its history (building one object per interval
+        took 13 ms per 1,500 of them, about 1 s at 100,000)."""
         year, month = month_of(now)
         start, end = month_bounds(year, month)
         ledger = MonthLedger(month=(year, month), start=start)
+        g = grants_table.c
+        inside = case((g.released_at < end, g.released_at), else_=end) - case(
+            (g.granted_at > start, g.granted_at), else_=start
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(
-                select(
-                    grants_table.c.id,
-                    grants_table.c.team,
-                    grants_table.c.pool,
-                    grants_table.c.username,
-                    grants_table.c.units_milli,
-                    grants_table.c.granted_at,
-                    grants_table.c.released_at,
-                ).where(
-                    grants_table.c.released_at.is_not(None),
-                    grants_table.c.released_at > start,
-                    grants_table.c.granted_at < end,
-                )
+                select(g.team, g.pool, func.sum(inside * g.units_milli))
+                .where(g.released_at.is_not(None), g.released_at > start, g.granted_at < end)
+                .group_by(g.team, g.pool)
             )
-            intervals = [
-                Interval(
-                    r.id, r.team, r.pool, r.username, r.units_milli, r.granted_at, r.released_at
-                )
-                for r in rows
-            ]
-        for key, hours in gpu_hours(intervals, start, end, now).items():
-            ledger.closed[key] = hours  # type: ignore[index]
+            for team, pool, unit_seconds in rows:
+                if unit_seconds:
+                    ledger.closed[(team, pool)] = float(unit_seconds) / UNIT / 3600.0
         for grant in live:
             ledger.add(grant)
         self.month = ledger
