@@ -2,15 +2,13 @@
 take, by how long after the kill they were sent (issue 28: admission p99 <= 100 ms during broker
 faults).
 
-The stack is the soak's broker half (``benchmarks/soak``): a real JupyterHub (tokens and groups
-are the hub's, as in production), the broker outside it under its supervisor with a warm
-standby (``hubsetup``'s launch file, ``broker/ops/external.py``), SQLite. The state is seeded
-with ``--grants`` live grants of ``--teams`` teams (1/8 GPUs of a shared pool, asked through
-the spawner's token). Then, ``--kills`` times (alternately SIGKILL and SIGTERM of the serving
-broker, each once a new warm standby waits), one client asks for a 1/8 debug GPU the way the
-soak's prober does (``BrokerClient`` with the spawner's token, an idempotency key; then lets
-the grant go), back to back, from ``--before`` seconds before the kill until ``--after``
-seconds after it.
+The stack is the soak's broker half: a real JupyterHub (its tokens and groups), the broker
+outside it under its supervisor with a warm standby (``broker/ops/external.py``), SQLite;
+``--grants`` live grants of ``--teams`` teams and ``--history`` grants this month already
+closed (written to the database directly). ``--kills`` times (SIGKILL and SIGTERM alternately,
+each once a new warm standby waits) one client asks for a 1/8 debug GPU as the soak's prober
+does (``BrokerClient``, the spawner's token, an idempotency key; then releases it), back to
+back, from ``--before`` s before the kill to ``--after`` s after it.
 
 It prints per kill the time from the kill to the first answer and the new broker's
 ``listening`` line (its start, step by step), then the admission times (ms, as the client saw
@@ -51,19 +49,21 @@ sys.path[:0] = [str(HERE), str(REPO / "tests")]
 from ports import free_port  # noqa: E402
 from realhub import RealHub, start_hub  # noqa: E402
 from soak.stack import Stack  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
 
 from jupyter_gpushare.broker.client import BrokerClient, BrokerError  # noqa: E402
+from jupyter_gpushare.broker.store.db import grants_table, make_engine  # noqa: E402
+from jupyter_gpushare.core.ledger import month_bounds, month_of  # noqa: E402
 
 PROBE_USER, PROBE_TEAM = "probe", "ops"
-BUCKETS = (
-    (-1e9, 0, "before"),
-    (0, 50, "0-50"),
-    (50, 100, "50-100"),
-    (100, 200, "100-200"),
-    (200, 500, "200-500"),
-    (500, 1000, "500-1000"),
-    (1000, 1e9, ">1000"),
-)
+# fmt: off
+HISTORY_ROW = dict(pool="interactive", profile="eighth", kind="interactive", node="lab-0",
+                   slices=[], units_milli=125, borrowed=False, preemptible=False,
+                   priority="interactive", priority_value=500, grace_period_s=2, spec={},
+                   release_reason="released", end_kind="released")
+BUCKETS = ((-1e9, 0, "before"), (0, 50, "0-50"), (50, 100, "50-100"), (100, 200, "100-200"),
+           (200, 500, "200-500"), (500, 1000, "500-1000"), (1000, 1e9, ">1000"))
+# fmt: on
 
 
 def policy_text(teams: int) -> str:
@@ -309,12 +309,42 @@ class Bench:
             for _ in range(self.args.hub_load)
         ]
 
+    def history(self, people: dict[str, str]) -> None:
+        """``--history`` grants of this month already closed, written to the database
+        directly (a month's history: what the broker's ledger sums at each start)."""
+        assert self.stack is not None
+        owners = [u for u in people if u != PROBE_USER]
+        now = time.time()
+        first = month_bounds(*month_of(now))[0]
+        rows = []
+        for k in range(self.args.history):
+            granted = first + (now - 60 - first) * k / max(1, self.args.history)
+            user = owners[k % len(owners)]
+            rows.append(
+                dict(
+                    HISTORY_ROW,
+                    id=f"h-{k}",
+                    request_id=f"hr-{k}",
+                    username=user,
+                    server=f"h{k}",
+                    team=people[user],
+                    granted_at=granted,
+                    released_at=granted + 1800,
+                )
+            )
+        if rows:
+            engine = make_engine(self.stack.db_url)
+            with engine.begin() as conn:
+                conn.execute(insert(grants_table), rows)
+            engine.dispose()
+
     async def run(self) -> list[Kill]:
         stack = self.start()
         loaders: list[subprocess.Popen[bytes]] = []
         try:
             people = self.users(stack.hub)
             await self.seed(people)
+            self.history(people)
             loaders = self.load_the_hub(stack.hub)
             client = self.client()
             await self.probe(client, 0)  # the probe user's first call, before any kill
@@ -370,11 +400,6 @@ def report(kills: list[Kill], slowest: int) -> dict[str, Any]:
             f"  kill {i} ({k.sig}) at {stamp}: first answer {k.first_answer_ms():.0f} ms after "
             f"the kill; {len(k.admissions)} admissions; {k.listening}"
         )
-        near = [a for a in k.admissions if -100 <= 1000 * (a.sent - k.at) < 300]
-        print(
-            "    sent/took (ms): "
-            + ", ".join(f"{1000 * (a.sent - k.at):+.0f}/{a.ms:.0f}" for a in near)
-        )
     by: dict[str, list[float]] = {name: [] for _, _, name in BUCKETS}
     rows: list[tuple[float, float, int, str]] = []
     for i, k in enumerate(kills, 1):
@@ -411,6 +436,12 @@ def main() -> None:
     parser.add_argument("--grants", type=int, default=300, help="live grants seeded")
     parser.add_argument("--teams", type=int, default=6)
     parser.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="grants of this month already closed, written to the database before the kills",
+    )
+    parser.add_argument(
         "--before", type=float, default=0.3, help="seconds of admissions before each kill"
     )
     parser.add_argument(
@@ -444,7 +475,8 @@ def main() -> None:
         for name, code in arms:
             print(
                 f"-- {name}, run {rep + 1} of {args.reps}: {args.kills} kills, "
-                f"{args.grants} live grants, {os.cpu_count()} CPUs, load average "
+                f"{args.grants} live grants, {args.history} closed this month, hub load "
+                f"{args.hub_load}, {os.cpu_count()} CPUs, load average "
                 f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
                 flush=True,
             )
