@@ -82,20 +82,28 @@ def _one_node(mix: dict[int, int], held: list[int]) -> tuple:  # type: ignore[ty
     return state, i
 
 
-def test_a_small_fraction_fills_the_gap_beside_an_810_not_beside_a_650() -> None:
-    """The default trace's story: only the rare 50-160 fractions fit beside an 810, so a
-    160 goes there, though fragmentation alone ranks the GPU holding a 650 first."""
-    state, i = _one_node({810: 7, 650: 4, 160: 5}, [810, 650])
-    ask = make_request(i, "fraction", 160, 1000, 1024, ())
-    placement = place(state, ask, observe=False)
-    assert placement is not None and placement.slices[0].gpu_uuid == "n0-g0"
+def test_a_370_goes_beside_a_370_where_the_mix_pairs_them_not_beside_a_470() -> None:
+    """Mostly 470s and 370s: they pair with their own size (940, 740); fragmentation alone
+    puts the 370 beside the 470 (840, the tighter fit) and strands the other GPU's 630."""
+    state, i = _one_node({320: 8, 370: 10, 470: 12}, [470, 370])
+    placement = place(state, make_request(i, "fraction", 370, 1000, 1024, ()), observe=False)
+    assert placement is not None and placement.slices[0].gpu_uuid == "n0-g1"
 
 
 def test_without_the_preference_fragmentation_alone_chooses_the_other_gpu(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The case above decides something: with no penalty the 160 goes beside the 650."""
+    """The case above decides something: with no penalty the 370 goes beside the 470."""
     monkeypatch.setattr(packscan, "COFIT_PENALTY", 0.0)
+    state, i = _one_node({320: 8, 370: 10, 470: 12}, [470, 370])
+    placement = place(state, make_request(i, "fraction", 370, 1000, 1024, ()), observe=False)
+    assert placement is not None and placement.slices[0].gpu_uuid == "n0-g0"
+
+
+def test_small_fractions_are_not_steered() -> None:
+    """Below ``COFIT_MIN_MILLI`` a fraction goes where fragmentation alone puts it: a 160
+    beside the 650, though only the rare small fractions fill the gap beside an 810."""
+    assert good_steps([(810, 7.0), (650, 4.0), (160, 5.0)], batch=16) >= {fill_step(810, 970)}
     state, i = _one_node({810: 7, 650: 4, 160: 5}, [810, 650])
     placement = place(state, make_request(i, "fraction", 160, 1000, 1024, ()), observe=False)
     assert placement is not None and placement.slices[0].gpu_uuid == "n0-g1"

@@ -14,7 +14,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
-from .cofit import COFIT_PENALTY, fill_step
+from .cofit import COFIT_MIN_MILLI, COFIT_PENALTY, fill_step
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT
 from .packrows import NodeView, Row
@@ -111,6 +111,12 @@ class RankedScan:
         low = (total - milli * num) * (1.0 - (shares[-1] if shares else 0.0)) - now[0]
         low -= 1e-6 * (1.0 + abs(low))  # rounding: stay below the exact value
         low = low if low > least else least
+        # a fraction no GPU of the node takes in a learned step pays the penalty anyway
+        unpaired = (
+            num == 1 and COFIT_MIN_MILLI <= milli < UNIT and not self._any_good_step(units, milli)
+        )
+        if unpaired:
+            low += COFIT_PENALTY
         if ((low + penalty) // self._step_of(milli, num)) * len(self.by_pos) >= enough:
             return low, (0,)
         left = floors.get(sig * stride + after) if after != before else now
@@ -118,7 +124,20 @@ class RankedScan:
             left = floors[sig * stride + after] = self._floor(view, after)
         strong = gradient_floor(now, left, units, milli, num, total)
         strong -= 1e-6 * (1.0 + abs(strong))
+        if unpaired:
+            strong += COFIT_PENALTY
         return (strong if strong > low else low), ()
+
+    def _any_good_step(self, units: tuple[int, ...], milli: int) -> bool:
+        """Whether a fraction of ``milli`` fills some GPU of free ``units`` exactly or takes
+        it a step of the learned packings (no :data:`COFIT_PENALTY` then)."""
+        steps = self.table.good_steps
+        for free in units:
+            if free >= milli and (
+                free == milli or fill_step(UNIT - free, UNIT - free + milli) in steps
+            ):
+                return True
+        return False
 
     def _step_of(self, milli: int, num: int) -> float:
         """The rank step of a request of ``num`` GPUs of ``milli`` (a step per GPU asked)."""
@@ -142,6 +161,7 @@ class RankedScan:
         elif num == 1 and milli < UNIT:
             best: tuple[float, int] | None = None
             steps = table.good_steps
+            steer = milli >= COFIT_MIN_MILLI
             for k, free in enumerate(units):
                 if free < milli or (k and units[k - 1] == free):
                     continue
@@ -149,7 +169,7 @@ class RankedScan:
                 j = bisect_left(units, rest, 0, k)  # stays sorted: rest < free
                 new = units[:j] + (rest,) + units[j:k] + units[k + 1 :]
                 delta = table.frag(view.model, after_level, new) - before
-                if rest and fill_step(UNIT - free, UNIT - rest) not in steps:
+                if steer and rest and fill_step(UNIT - free, UNIT - rest) not in steps:
                     delta += COFIT_PENALTY  # a step none of the learned packings takes
                 if best is None or delta < best[0] - 1e-9:
                     best = (delta, free)
