@@ -211,3 +211,17 @@ def test_the_file_is_rewritten_from_what_is_fresh_and_a_standby_reads_it_again(
     assert path.read_bytes().split(b"\n")[0] != header  # rewritten along the way
     ahead.hand_over()  # the takeover: the file was replaced, so all of it is read again
     assert [standby.cached(f"tok-{i}") is not None for i in range(10)] == [False] * 3 + [True] * 7
+
+
+def test_a_token_the_hub_refused_after_a_takeover_is_never_confirmed_from_the_carry(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "carry.jsonl"
+    learnt_by_one_broker(path, ttl_s=0.2)  # confirmed now; kept 0.2 s
+    time.sleep(0.3)
+    auth = next_broker(path)  # its hub no longer knows tok-1: revoked
+    assert asyncio.run(auth.identify_and_cache("tok-1")) is None
+    for broker in (auth, next_broker(path)):  # this broker, and the next one
+        broker.tokens, broker.tokens_file = {}, str(tmp_path / "missing")  # hub unreachable
+        with pytest.raises(OSError):
+            asyncio.run(broker.identify_and_cache("tok-1"))

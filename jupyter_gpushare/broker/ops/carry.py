@@ -135,7 +135,9 @@ class Carry:
                 self._take(json.loads(line))
 
     def _take(self, doc: dict[str, Any]) -> None:
-        if "token" in doc:
+        if doc.get("revoked"):
+            self.identities.pop(str(doc["token"]), None)
+        elif "token" in doc:
             confirmed = doc.get("confirmed")
             self.identities[str(doc["token"])] = (
                 float(doc["expires"]),
@@ -181,6 +183,10 @@ class Carry:
             identity = await identify(token)
             if identity is not None:
                 self._note_identity(token)
+            else:  # the hub refused it: never again, not even as the last confirmation
+                key = token_key(token)
+                if self.identities.pop(key, None) is not None:
+                    self._append({"token": key, "revoked": True})
             return identity
 
         auth.cached = cached_or_carried
