@@ -211,6 +211,14 @@ def test_the_file_is_rewritten_from_what_is_fresh_and_a_standby_reads_it_again(
     assert path.read_bytes().split(b"\n")[0] != header  # rewritten along the way
     ahead.hand_over()  # the takeover: the file was replaced, so all of it is read again
     assert [standby.cached(f"tok-{i}") is not None for i in range(10)] == [False] * 3 + [True] * 7
+    # a broker whose file already holds COMPACT_AFTER lines rewrites it at its first line
+    for i in range(5):  # the file grows past COMPACT_AFTER lines again
+        asyncio.run(auth.identify_and_cache(f"tok-{i}"))
+    header = path.read_bytes().split(b"\n")[0]
+    third = StaticTokenAuthenticator(tokens={"tok-x": SPAWNER})
+    Carry(str(path), third, None, Identity).hand_over()
+    asyncio.run(third.identify_and_cache("tok-x"))
+    assert path.read_bytes().split(b"\n")[0] != header
 
 
 def test_a_token_the_hub_refused_after_a_takeover_is_never_confirmed_from_the_carry(

@@ -96,7 +96,7 @@ class Carry:
     groups: dict[str, tuple[float, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
     _offset: int = 0  # how far the file was read
     _first: bytes = b""  # the header line of the file as last read
-    _appended: int = 0
+    _appended: int = 0  # lines in the file (read or appended) since it was written anew
     _attached: bool = False
 
     # -- reading (the standby, and any broker's start) ---------------------------------------
@@ -123,14 +123,16 @@ class Carry:
                 return
             first = f.readline(200)  # the header: a new one for each file written anew
             if first != self._first or st.st_size < self._offset:
-                self._first, self._offset = first, 0
+                self._first, self._offset, self._appended = first, 0, 0
                 self.identities.clear()
                 self.groups.clear()
             f.seek(self._offset)
             data = f.read()
         end = data.rfind(b"\n") + 1  # a line still being written is read next time
         self._offset += end
-        for line in data[:end].splitlines():
+        lines = data[:end].splitlines()
+        self._appended += len(lines)  # the file's length: it is rewritten at COMPACT_AFTER
+        for line in lines:
             with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
                 self._take(json.loads(line))
 
