@@ -20,7 +20,7 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
-from .cofit import good_steps
+from .cofit import fill_step, good_steps
 from .model import UNIT
 
 Shape = tuple[int, int, int, tuple[str, ...]]
@@ -122,6 +122,7 @@ class FragTable:
         self._hostable: dict[tuple[str, int, tuple[int, ...]], float] = {}
         self._live: dict[tuple[str, int], _Live] = {}
         self._steps: frozenset[int] | None = None
+        self._paired: dict[int, frozenset[int]] = {}
 
     @property
     def good_steps(self) -> frozenset[int]:
@@ -130,6 +131,19 @@ class FragTable:
         if self._steps is None:
             self._steps = good_steps(self.fractions)
         return self._steps
+
+    def paired_free(self, milli: int) -> frozenset[int]:
+        """The free amounts of a GPU that a fraction of ``milli`` fills exactly or takes a
+        step of the learned packings (:attr:`good_steps`), made once per size."""
+        got = self._paired.get(milli)
+        if got is None:
+            steps = self.good_steps
+            got = self._paired[milli] = frozenset(
+                free
+                for free in range(milli, UNIT + 1)
+                if free == milli or fill_step(UNIT - free, UNIT - free + milli) in steps
+            )
+        return got
 
     def model_class(self, model: str) -> str:
         """A name shared by every GPU model that the target's shapes treat alike.

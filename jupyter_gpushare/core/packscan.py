@@ -14,7 +14,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
-from .cofit import COFIT_MIN_MILLI, COFIT_PENALTY, fill_step
+from .cofit import COFIT_MIN_MILLI, COFIT_PENALTY
 from .fragmentation import FragTable, Shape, Workload
 from .model import UNIT
 from .packrows import NodeView, Row
@@ -131,13 +131,8 @@ class RankedScan:
     def _any_good_step(self, units: tuple[int, ...], milli: int) -> bool:
         """Whether a fraction of ``milli`` fills some GPU of free ``units`` exactly or takes
         it a step of the learned packings (no :data:`COFIT_PENALTY` then)."""
-        steps = self.table.good_steps
-        for free in units:
-            if free >= milli and (
-                free == milli or fill_step(UNIT - free, UNIT - free + milli) in steps
-            ):
-                return True
-        return False
+        paired = self.table.paired_free(milli)
+        return any(free in paired for free in units)
 
     def _step_of(self, milli: int, num: int) -> float:
         """The rank step of a request of ``num`` GPUs of ``milli`` (a step per GPU asked)."""
@@ -160,8 +155,7 @@ class RankedScan:
             result = (table.frag(view.model, after_level, units) - before, ())
         elif num == 1 and milli < UNIT:
             best: tuple[float, int] | None = None
-            steps = table.good_steps
-            steer = milli >= COFIT_MIN_MILLI
+            paired = table.paired_free(milli) if milli >= COFIT_MIN_MILLI else None
             for k, free in enumerate(units):
                 if free < milli or (k and units[k - 1] == free):
                     continue
@@ -169,7 +163,7 @@ class RankedScan:
                 j = bisect_left(units, rest, 0, k)  # stays sorted: rest < free
                 new = units[:j] + (rest,) + units[j:k] + units[k + 1 :]
                 delta = table.frag(view.model, after_level, new) - before
-                if steer and rest and fill_step(UNIT - free, UNIT - rest) not in steps:
+                if paired is not None and free not in paired:
                     delta += COFIT_PENALTY  # a step none of the learned packings takes
                 if best is None or delta < best[0] - 1e-9:
                     best = (delta, free)
