@@ -1,4 +1,4 @@
-"""A warm standby builds the service ahead (broker/ops/standby.py, BrokerApp.prepare_standby).
+"""A warm standby builds the service ahead (broker/ops/standby.py: AheadBuild, BrokerApp.ahead).
 
 Checked in process: what the standby built is what serves after the takeover while the policy
 file is unchanged; a policy file changed after the standby read it is read again at the
@@ -55,7 +55,7 @@ async def prepared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = 
     policy = tmp_path / "policy.yaml"
     policy.write_text(text or POLICY.read_text())
     app = standby_app(tmp_path, policy, monkeypatch)
-    app.prepare_standby()  # never raises: a broken file is the start's to report
+    app.ahead.prepare(app)  # never raises: a broken file is the start's to report
     return app
 
 
@@ -81,7 +81,7 @@ async def test_what_the_standby_built_serves_while_the_policy_is_unchanged(
     shutil.copy(POLICY, policy)
     app = standby_app(tmp_path, policy, monkeypatch)
     before = (tmp_path / "b.sqlite").read_bytes()
-    app.prepare_standby()
+    app.ahead.prepare(app)
     assert (tmp_path / "b.sqlite").read_bytes() == before  # checked, nothing written
     built = app.web_app, app.broker
     await app.start_async()

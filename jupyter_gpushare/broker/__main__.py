@@ -25,8 +25,8 @@ if __name__ == "__main__":
         _warm_up()
         app = BrokerApp.instance()
         app.initialize(sys.argv[1:])
-        app.prepare_standby()
-        if not wait_for_go(sys.stdin.buffer, app.prepare_standby):
+        app.ahead.prepare(app)
+        if not wait_for_go(sys.stdin.buffer, lambda: app.ahead.prepare(app)):
             sys.exit(0)
         app.start()
     else:

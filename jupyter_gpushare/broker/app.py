@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 from tornado import web
 from tornado.httpserver import HTTPServer
 from traitlets import Any as AnyTrait
-from traitlets import Bool, CaselessStrEnum, Float, Integer, Type, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Float, Instance, Integer, Type, Unicode, default
 from traitlets.config import Application
 
 from ..core.model import Policy
@@ -47,7 +47,7 @@ from .ops.metrics import BrokerMetrics
 from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile_loop
 from .ops.reload import PolicyReloader
 from .ops.retention import RequestRetention
-from .ops.standby import StartClock, WarmStandby
+from .ops.standby import AheadBuild, StartClock
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
 from .service.limits import BrokerLimits
@@ -61,7 +61,7 @@ def _import(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-class BrokerApp(WarmStandby, Application):
+class BrokerApp(Application):
     """The gpushare broker: owner of all GPU grants, quotas and the GPU-hour ledger."""
 
     name = "gpushare-broker"
@@ -224,6 +224,7 @@ class BrokerApp(WarmStandby, Application):
     def _pid_file(self) -> str:
         return "gpushare-broker.pid" if os.environ.get("GPUSHARE_SUPERVISOR_PID") else ""
 
+    ahead = Instance(AheadBuild, args=(), help="What a warm standby built before it was needed.")
     carry_file = Unicode(
         config=True,
         help="File of the hub's recent answers (tokens' identities, users' groups) for the "
@@ -349,10 +350,8 @@ class BrokerApp(WarmStandby, Application):
             auth_kwargs.update(api_url=self.hub_api_url, api_token=self.api_token)
         self.auth = self.authenticator_class(**auth_kwargs)
         self.checker = self.holder_checker_class(parent=self, hub=self.hub, backend=self.backend)
-        self.carry = (
-            Carry(self.carry_file, self.auth, self.hub, Identity)
-            if self.carry_file else None
-        )
+        carry = self.carry_file  # (the hub's answers, for the broker that takes over)
+        self.carry = Carry(carry, self.auth, self.hub, Identity) if carry else None
         self.ctx = Context(
             self.broker,
             self.auth,
@@ -384,7 +383,7 @@ class BrokerApp(WarmStandby, Application):
     async def start_async(self) -> None:
         """Load the state from the database, listen, and reconcile in the background."""
         clock = StartClock()
-        ahead = self._built_ahead()
+        ahead = self.ahead.used(self.policy_file)
         if not ahead:
             self.build()
         clock.mark("built ahead by the standby" if ahead else "build")

@@ -1,7 +1,7 @@
 """What a warm standby does before it is needed (:mod:`.supervisor` starts it).
 
 The standby has imported everything. It also builds the service ahead from the policy file
-as it is (:meth:`BrokerApp.prepare_standby`), again every ``REFRESH_S`` while it waits (the
+as it is (:meth:`AheadBuild.prepare`), again every ``REFRESH_S`` while it waits (the
 discovered nodes stay that fresh), so that taking over after a broker died loads only the
 state. What it built is used only while the policy file is the one it read (same device,
 inode, size and modification time); otherwise the start builds again, as any start does.
@@ -13,7 +13,7 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ..store.migrate import schema_at_head
 
@@ -41,42 +41,47 @@ def wait_for_go(stream: IO[bytes], refresh: Callable[[], None]) -> bool:
         refresh()
 
 
-class WarmStandby:
-    """The standby's part of ``BrokerApp`` (a mixin: ``build``, ``engine``, ``carry`` and
-    ``policy_file`` are the app's)."""
+class StandbyParts(Protocol):
+    """What :class:`AheadBuild` uses of the broker app it prepares."""
 
-    # the policy file's stamp when a warm standby built the service ahead
-    _built_from: FileStamp | None = None
     policy_file: str
     engine: Any
     carry: Any
 
-    def build(self) -> Any:  # pragma: no cover - the app's
-        raise NotImplementedError
+    def build(self) -> Any: ...
 
-    def prepare_standby(self) -> None:
+
+class AheadBuild:
+    """What a warm standby built ahead: held by ``BrokerApp`` (``app.ahead``), prepared by
+    the standby (``broker/__main__.py``) and used by the start."""
+
+    def __init__(self) -> None:
+        self._from: FileStamp | None = None  # the policy file's stamp when it built
+
+    def prepare(self, app: StandbyParts) -> None:
         """What a warm standby does before it is needed, and again every ``REFRESH_S`` while
         it waits: build the service from the policy file as it is now, read the database's
         schema version (nothing written) and what the serving broker carries over
         (:mod:`.carry`), so that taking over loads only the state. A file changed since is
         read again at the start, as always."""
-        if getattr(self, "engine", None) is not None:
-            self.engine.dispose()
-        stamp = file_stamp(self.policy_file) if self.policy_file else None
+        if getattr(app, "engine", None) is not None:
+            app.engine.dispose()
+        stamp = file_stamp(app.policy_file) if app.policy_file else None
         try:
-            self.build()
-            schema_at_head(self.engine)
-            if self.carry is not None:
-                self.carry.read()
+            app.build()
+            schema_at_head(app.engine)
+            if app.carry is not None:
+                app.carry.read()
         except (Exception, SystemExit):  # noqa: BLE001 - the start reports it, not the standby
-            self._built_from = None
+            self._from = None
             return
-        self._built_from = stamp
+        self._from = stamp
 
-    def _built_ahead(self) -> bool:
-        """Whether a standby built the service from the policy file as it still is."""
-        built, self._built_from = self._built_from, None
-        return built is not None and built == file_stamp(self.policy_file)
+    def used(self, policy_file: str) -> bool:
+        """Whether a standby built the service from ``policy_file`` as it still is (asked
+        once, by the start: what was built ahead is used at most once)."""
+        built, self._from = self._from, None
+        return built is not None and built == file_stamp(policy_file)
 
 
 class StartClock:
