@@ -42,6 +42,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=30.0,
         help="seconds between two rounds of borrowing and reclaiming training GPUs",
     )
+    p.add_argument(
+        "--probe-interval", type=float, default=1.0,
+        help="seconds between two admissions of the prober (a p99 over the few probes of the "
+        "fault windows at 1 s is their largest: 0.2 gives five times as many)",
+    )
     p.add_argument("--hold-min", type=float, default=15.0, help="shortest server session (s)")
     p.add_argument("--hold-max", type=float, default=45.0, help="longest server session (s)")
     p.add_argument(

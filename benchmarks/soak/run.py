@@ -136,7 +136,8 @@ def drive_and_audit(args: argparse.Namespace, seed: int, stack: Stack, h: Histor
         )
         for name, team in people.items()
     ]
-    drivers += [Prober(stack, h, faults, PROBE[0], stop), Snapshotter(stack, h, stop, SNAPSHOT_S)]
+    prober = Prober(stack, h, faults, PROBE[0], stop, args.probe_interval)
+    drivers += [prober, Snapshotter(stack, h, stop, SNAPSHOT_S)]
     if stack.slurm is not None:
         drivers.append(SlurmNodeWatch(stack, h, stop, SNAPSHOT_S))
     borrowers = [u for u, team in people.items() if team not in OWNERS][:2]
