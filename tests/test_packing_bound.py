@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-v2023"
 sys.path.insert(0, str(BENCH))
 
+import alibaba_like  # noqa: E402
 import packing_bound as pb  # noqa: E402
 import packing_sim as sim  # noqa: E402
 from packing_gpushare import GPUSharePolicy  # noqa: E402
@@ -61,13 +61,11 @@ def test_each_pod_of_the_bin_is_charged_the_bound_of_the_next_checkpoint() -> No
     assert pb.lower_bound(pods, 100_000, 100, checkpoints=1) == pytest.approx(0.0)
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="the Alibaba trace is in ../shared/data")
 @pytest.mark.parametrize("seed", [42, 43])
 def test_no_policy_leaves_fewer_gpus_unallocated_than_the_bound(seed: int) -> None:
-    """On a 300-node part of the Alibaba cluster (whose pods are scaled to it by the
-    inflation), every policy's figure at arrived 100 % is at or above the bound."""
-    nodes = sim.load_nodes(str(DATA / "openb_node_list_gpu_node.csv"))[:300]
-    trace = sim.load_pods(str(DATA / "openb_pod_list_default.csv"))
+    """On a cluster and pods shaped like the FGD paper's (``alibaba_like``), every policy's
+    figure at arrived 100 % is at or above the bound."""
+    nodes, trace = alibaba_like.nodes(150), alibaba_like.pods(1600)
     [bound] = pb.bounds(nodes, trace, [seed])
     figures = {}
     factories = {**sim.BASELINES, "gpushare": GPUSharePolicy}
