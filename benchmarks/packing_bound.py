@@ -31,7 +31,7 @@ import bisect
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,23 +143,16 @@ def lower_bound(pods: Sequence[sim.PodSpec], capacity: int, gpus: int, checkpoin
     return statistics.mean(charged)
 
 
-def pool_best_fit(pods: Sequence[sim.PodSpec], capacity: int, gpus: int) -> float:
-    """One pool of GPUs, best fit online (a reference): the bin's mean % unallocated."""
-    free = Counter({MILLI: gpus})  # free milli -> GPUs with that much free
+def _mean_at_100(
+    pods: Sequence[sim.PodSpec], capacity: int, place: Callable[[sim.PodSpec], bool]
+) -> float:
+    """The mean % unallocated over the pods of the 100 % bin, each pod in turn offered to
+    ``place`` (True: it was placed)."""
     arrived = allocated = 0
     samples = []
     for p in pods:
         arrived += p.gpu_request
-        if p.num_gpu and p.gpu_milli < MILLI and p.num_gpu == 1:
-            room = [f for f, n in free.items() if n and f >= p.gpu_milli]
-            if room:
-                f = min(room)
-                free[f] -= 1
-                free[f - p.gpu_milli] += 1
-                allocated += p.gpu_request
-        elif p.num_gpu and free[MILLI] >= p.num_gpu and p.gpu_milli == MILLI:
-            free[MILLI] -= p.num_gpu
-            free[0] += p.num_gpu
+        if place(p):
             allocated += p.gpu_request
         b = sim.bin_of(100.0 * arrived / capacity)
         if b == 100:
@@ -167,25 +160,42 @@ def pool_best_fit(pods: Sequence[sim.PodSpec], capacity: int, gpus: int) -> floa
         elif b > 100:
             break
     return statistics.mean(samples)
+
+
+def pool_best_fit(pods: Sequence[sim.PodSpec], capacity: int, gpus: int) -> float:
+    """One pool of GPUs, best fit online (a reference): the bin's mean % unallocated."""
+    free = Counter({MILLI: gpus})  # free milli -> GPUs with that much free
+
+    def place(p: sim.PodSpec) -> bool:
+        if p.num_gpu == 1 and p.gpu_milli < MILLI:
+            room = [f for f, n in free.items() if n and f >= p.gpu_milli]
+            if not room:
+                return False
+            f = min(room)
+            free[f] -= 1
+            free[f - p.gpu_milli] += 1
+            return True
+        if p.num_gpu and p.gpu_milli == MILLI and free[MILLI] >= p.num_gpu:
+            free[MILLI] -= p.num_gpu
+            free[0] += p.num_gpu
+            return True
+        return False  # (CPU-only pods take no GPU; fractions of several GPUs are not traced)
+
+    return _mean_at_100(pods, capacity, place)
 
 
 def big_node(pods: Sequence[sim.PodSpec], capacity: int, cpu: int) -> float:
     """The cluster as one node, CPU and GPU milli each one amount (a reference)."""
-    gpu_left, cpu_left = capacity, cpu
-    arrived = allocated = 0
-    samples = []
-    for p in pods:
-        arrived += p.gpu_request
-        if p.cpu_milli <= cpu_left and p.gpu_request <= gpu_left:
-            cpu_left -= p.cpu_milli
-            gpu_left -= p.gpu_request
-            allocated += p.gpu_request
-        b = sim.bin_of(100.0 * arrived / capacity)
-        if b == 100:
-            samples.append(100.0 - 100.0 * allocated / capacity)
-        elif b > 100:
-            break
-    return statistics.mean(samples)
+    left = {"gpu": capacity, "cpu": cpu}
+
+    def place(p: sim.PodSpec) -> bool:
+        if p.cpu_milli > left["cpu"] or p.gpu_request > left["gpu"]:
+            return False
+        left["cpu"] -= p.cpu_milli
+        left["gpu"] -= p.gpu_request
+        return True
+
+    return _mean_at_100(pods, capacity, place)
 
 
 def bounds(

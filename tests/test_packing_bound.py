@@ -61,6 +61,20 @@ def test_each_pod_of_the_bin_is_charged_the_bound_of_the_next_checkpoint() -> No
     assert pb.lower_bound(pods, 100_000, 100, checkpoints=1) == pytest.approx(0.0)
 
 
+def test_the_references_on_hand_solved_cases() -> None:
+    """One pool, best fit: the two 300s share a GPU, the 810 takes the other, and the 590
+    that arrives at 100 % fits nowhere (29.5 % unallocated). One big node with 3 CPUs: the
+    second pod's 2 CPUs are not left, the third's 0.5 are (25 %)."""
+    fractions = [_pod(0, 1, 300), _pod(1, 1, 300), _pod(2, 1, 810), _pod(3, 1, 590)]
+    assert pb.pool_best_fit(fractions, 2000, 2) == pytest.approx(29.5)
+    cpu_bound = [
+        sim.PodSpec("a", 2000, 0, 1, 1000, ""),
+        sim.PodSpec("b", 2000, 0, 1, 500, ""),
+        sim.PodSpec("c", 500, 0, 1, 500, ""),
+    ]
+    assert pb.big_node(cpu_bound, 2000, 3000) == pytest.approx(25.0)
+
+
 @pytest.mark.parametrize("seed", [42, 43])
 def test_no_policy_leaves_fewer_gpus_unallocated_than_the_bound(seed: int) -> None:
     """On a cluster and pods shaped like the FGD paper's (``alibaba_like``), every policy's
