@@ -180,8 +180,16 @@ def test_panel_charts_fill_from_history_and_update(
 def test_no_grant_says_so_instead_of_empty_axes(tmp_path: Path, built: Path, chrome: Any) -> None:
     with start_lab(tmp_path, {}) as lab:
         page, _ = open_notebook(chrome, lab)
-        page.wait_for_selector(".jp-gpushare-status[data-level='none']", timeout=60000)
-        assert page.locator(".jp-gpushare-status").inner_text().startswith("GPU: none")
+        # the item is born with data-level 'none' (before any sample) and the host's CPU and
+        # memory may be shown before the first GPU sample: wait for the GPU's own words
+        page.wait_for_function(
+            "() => document.querySelector('.jp-gpushare-status')"
+            "?.textContent.includes('GPU: none')",
+            timeout=60000,
+        )
+        status = page.locator(".jp-gpushare-status")
+        assert status.inner_text().startswith("GPU: none")
+        assert status.get_attribute("data-level") == "none"
         page.locator(".jp-gpushare-status").click()
         msg = page.locator(".jp-gpushare-message")
         msg.wait_for(timeout=30000)
