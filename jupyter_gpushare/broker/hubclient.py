@@ -7,7 +7,7 @@ import json
 import logging
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
@@ -17,6 +17,13 @@ log = logging.getLogger("gpushare.broker.hub")
 
 class HubError(RuntimeError):
     """The hub could not be asked (down, or refused the broker's token)."""
+
+
+class GroupsMemory(Protocol):
+    """Told each user's groups as the hub gave them (the broker's: :class:`.ops.carry.Carry`)."""
+
+    def groups_learnt(self, name: str, read_at: float, groups: tuple[str, ...]) -> None:
+        """``name``'s ``groups``, read from the hub at ``read_at`` (monotonic)."""
 
 
 class HubClient:
@@ -37,6 +44,7 @@ class HubClient:
         self.groups_ttl_s = groups_ttl_s
         self.groups_stale_max_s = groups_stale_max_s
         self._groups: dict[str, tuple[float, tuple[str, ...]]] = {}  # name -> (read at, groups)
+        self.memory: GroupsMemory | None = None  # told each answer (the carry), if any
 
     async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         req = HTTPRequest(
@@ -95,11 +103,26 @@ class HubClient:
                 return cached[1]
             raise
         groups = tuple(model.get("groups") or ()) if model else ()
+        self._keep(name, now, groups)
+        if self.memory is not None:
+            self.memory.groups_learnt(name, now, groups)
+        return groups
+
+    def _keep(self, name: str, read_at: float, groups: tuple[str, ...]) -> None:
         self._groups.pop(name, None)  # re-inserted last: the dict is oldest-read first
-        self._groups[name] = (now, groups)
+        self._groups[name] = (read_at, groups)
         while len(self._groups) > self.MAX_CACHED_USERS:
             del self._groups[next(iter(self._groups))]
-        return groups
+
+    def remember_groups(self, name: str, read_at: float, groups: tuple[str, ...]) -> None:
+        """``name``'s groups as read at ``read_at`` (monotonic) by another broker, unless
+        this client read them itself."""
+        if name not in self._groups:
+            self._keep(name, read_at, groups)
+
+    def groups_read(self) -> dict[str, tuple[float, tuple[str, ...]]]:
+        """Every user's groups held, with when they were read (monotonic)."""
+        return dict(self._groups)
 
     async def group_members(self, group: str) -> list[str] | None:
         """The users of the hub's group ``group`` (``None``: no such group)."""

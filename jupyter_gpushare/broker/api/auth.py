@@ -29,7 +29,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from jupyterhub.services.auth import HubOAuthenticated
 from traitlets import Dict, Float, Integer, Unicode
@@ -107,6 +107,34 @@ def identity_from_model(model: dict[str, Any], service_name: str = "gpushare") -
     )
 
 
+@dataclass(frozen=True)
+class TokenAnswer:
+    """What an authenticator holds of the hub's answer about one token (monotonic times)."""
+
+    identity: Identity
+    expires: float | None  # kept for :meth:`TokenAuthenticator.cached` until then; None: not
+    confirmed: float | None  # when the hub last confirmed it (None: not kept as a fallback)
+
+
+class TokenMemory(Protocol):
+    """A second memory of the hub's answers, beside an authenticator's own: asked when the
+    authenticator has no answer of its own, and told each answer the hub gives. The broker's
+    is :class:`..ops.carry.Carry` (what the broker before this one learnt, and what this one
+    learns for the next)."""
+
+    def recall(self, token: str) -> tuple[float, Identity] | None:
+        """A fresh identity of ``token`` and when it expires (monotonic), if remembered."""
+
+    def recall_confirmed(self, token: str) -> tuple[float, Identity] | None:
+        """When the hub last confirmed ``token`` (monotonic), and the identity it gave."""
+
+    def learnt(self, token: str, answer: TokenAnswer) -> None:
+        """The hub confirmed ``token``: ``answer`` is what the authenticator holds now."""
+
+    def refused(self, token: str) -> None:
+        """The hub refused ``token`` (revoked): it must never be recalled again."""
+
+
 class TokenAuthenticator(LoggingConfigurable):
     """Resolve a token to an :class:`Identity` (``None``: unknown token or no access)."""
 
@@ -125,8 +153,9 @@ class TokenAuthenticator(LoggingConfigurable):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._identities: dict[str, tuple[float, Identity]] = {}
+        self._identities: dict[str, tuple[float, Identity]] = {}  # token -> (expires, identity)
         self._confirmed: dict[str, tuple[float, Identity]] = {}  # last answer of the hub
+        self.memory: TokenMemory | None = None  # a second memory (the carry), if any
 
     async def identify(self, token: str) -> Identity | None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -135,17 +164,53 @@ class TokenAuthenticator(LoggingConfigurable):
         """The identity of ``token`` if known and fresh, without awaiting (the hot path)."""
         hit = self._identities.get(token)
         if hit is None:
-            return None
+            return self._recalled(token)
         if hit[0] < time.monotonic():
             del self._identities[token]
             return None
         return hit[1]
+
+    def _recalled(self, token: str) -> Identity | None:
+        """A fresh identity of ``token`` from the second memory, kept as if learnt here."""
+        hit = self.memory.recall(token) if self.memory is not None else None
+        if hit is None or hit[0] <= time.monotonic():
+            return None
+        self._keep(token, *hit)
+        return hit[1]
+
+    def _keep(self, token: str, expires: float, identity: Identity) -> None:
+        if len(self._identities) >= self.max_cached:
+            now = time.monotonic()
+            self._identities = {t: v for t, v in self._identities.items() if v[0] >= now}
+            if len(self._identities) >= self.max_cached:
+                self._identities.clear()
+        self._identities[token] = (expires, identity)
+
+    def answer(self, token: str) -> TokenAnswer | None:
+        """What this authenticator holds of the hub's answer about ``token``."""
+        kept, confirmed = self._identities.get(token), self._confirmed.get(token)
+        if kept is None and confirmed is None:
+            return None
+        return TokenAnswer(
+            identity=(kept or confirmed)[1],  # type: ignore[index]
+            expires=kept[0] if kept is not None else None,
+            confirmed=confirmed[0] if confirmed is not None else None,
+        )
+
+    def answers(self) -> dict[str, TokenAnswer]:
+        """Every answer held: fresh identities, and the hub's last confirmations."""
+        now = time.monotonic()
+        tokens = [t for t, kept in self._identities.items() if kept[0] > now]
+        held = {t: self.answer(t) for t in dict.fromkeys([*tokens, *self._confirmed])}
+        return {t: a for t, a in held.items() if a is not None}
 
     async def identify_and_cache(self, token: str) -> Identity | None:
         try:
             identity = await self.identify(token)
         except Exception as exc:
             known = self._confirmed.get(token)
+            if known is None and self.memory is not None:
+                known = self.memory.recall_confirmed(token)
             unreachable = isinstance(exc, OSError) or getattr(exc, "status_code", 0) >= 500
             if (unreachable and known is not None
                     and time.monotonic() - known[0] <= self.stale_identity_s):
@@ -156,17 +221,18 @@ class TokenAuthenticator(LoggingConfigurable):
             raise
         if identity is None:
             self._confirmed.pop(token, None)  # revoked: never again, not even as stale
-        elif self.stale_identity_s > 0:
+            if self.memory is not None:
+                self.memory.refused(token)
+            return None
+        if self.stale_identity_s > 0:
             if len(self._confirmed) >= self.max_cached:
                 self._confirmed.clear()
             self._confirmed[token] = (time.monotonic(), identity)
-        if identity is not None and self.identity_ttl_s > 0:
-            if len(self._identities) >= self.max_cached:
-                now = time.monotonic()
-                self._identities = {t: v for t, v in self._identities.items() if v[0] >= now}
-                if len(self._identities) >= self.max_cached:
-                    self._identities.clear()
-            self._identities[token] = (time.monotonic() + self.identity_ttl_s, identity)
+        if self.identity_ttl_s > 0:
+            self._keep(token, time.monotonic() + self.identity_ttl_s, identity)
+        answer = self.answer(token)
+        if self.memory is not None and answer is not None:
+            self.memory.learnt(token, answer)
         return identity
 
 

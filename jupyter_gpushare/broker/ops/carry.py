@@ -8,10 +8,12 @@ so the new broker's first requests each waited for the hub again: one round trip
 one for the groups of a user the caller did not name groups for, 30-160 ms with a busy hub
 (``benchmarks/broker_takeover.py``), at the moment every client resends what the kill cut.
 
-So the serving broker appends each answer it learns to a file in its working folder (one JSON
+So the serving broker appends each answer it learns to a file (it is told each one: it is
+the second memory of the authenticator and of the hub client, ``auth.memory`` and
+``hub.memory``, which also ask it what they do not know) in its working folder (one JSON
 line; a token only as its SHA-256, the file mode 0600, never through a link), and the standby
 reads the file ahead (:meth:`Carry.read`, again at takeover: only what was appended since)
-and starts with those answers. Each keeps the time the hub gave it, on the wall clock: it
+and answers from them. Each keeps the time the hub gave it, on the wall clock: it
 expires when it would have in the broker that learnt it, so a revoked token or a changed group
 takes effect no later than before. The file is rewritten from what is still fresh when it has
 grown ``COMPACT_AFTER`` lines; its first line is new for each file written anew, so a reader
@@ -29,13 +31,35 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from ..hubclient import HubClient
 
 log = logging.getLogger("gpushare.carry")
 
 COMPACT_AFTER = 20_000  # lines appended before the file is rewritten from what is fresh
 MAX_READ_BYTES = 64 << 20  # a file bigger than this is not ours: ignored
+
+
+class TokenAnswer(Protocol):
+    """The hub's answer about a token as an authenticator holds it (``api.auth.TokenAnswer``:
+    this module is below the HTTP layer, so it names only what it reads)."""
+
+    @property
+    def identity(self) -> Any: ...
+    @property
+    def expires(self) -> float | None: ...
+    @property
+    def confirmed(self) -> float | None: ...
+
+
+class Authenticator(Protocol):
+    """What the carry uses of a ``TokenAuthenticator``."""
+
+    memory: Any  # its second memory: the carry, once handed over
+
+    def answers(self) -> Mapping[str, TokenAnswer]: ...
 
 
 def token_key(token: str) -> str:
@@ -81,14 +105,20 @@ def _mono(wall: float, now_wall: float, now_mono: float) -> float:
     return now_mono - (now_wall - wall)
 
 
+def _wall(mono: float) -> float:
+    """A monotonic time on the wall clock (a file outlives this process's monotonic clock)."""
+    return time.time() - (time.monotonic() - mono)
+
+
 @dataclasses.dataclass
 class Carry:
-    """The carry file ``path`` of one broker, between its authenticator ``auth`` (a
-    ``TokenAuthenticator``) and its hub client ``hub`` (None without a hub)."""
+    """The carry file ``path`` of one broker, the second memory (``TokenMemory``,
+    ``GroupsMemory``) of its authenticator ``auth`` and its hub client ``hub`` (None without
+    a hub)."""
 
     path: str
-    auth: Any
-    hub: Any
+    auth: Authenticator
+    hub: HubClient | None
     identity_type: Callable[..., Any]  # the authenticator's identity class
     identities: dict[str, tuple[float, float | None, Any]] = dataclasses.field(
         default_factory=dict
@@ -97,7 +127,6 @@ class Carry:
     _offset: int = 0  # how far the file was read
     _first: bytes = b""  # the header line of the file as last read
     _appended: int = 0  # lines in the file (read or appended) since it was written anew
-    _attached: bool = False
 
     # -- reading (the standby, and any broker's start) ---------------------------------------
 
@@ -153,105 +182,61 @@ class Carry:
             )
 
     def hand_over(self) -> None:
-        """Give what was read to the authenticator and the hub client (the fresh part, on
-        their monotonic clocks), and from now on append what they learn."""
+        """Give the groups read to the hub client (the fresh ones, on its monotonic clock),
+        and from now on be the authenticator's and the hub client's second memory: asked for
+        what they do not know, told what they learn."""
         self.read()
         now_wall, now_mono = time.time(), time.monotonic()
         if self.hub is not None:
-            stale_s = float(getattr(self.hub, "groups_stale_max_s", 0.0))
+            stale_s = float(self.hub.groups_stale_max_s)
             for user, (read, groups) in self.groups.items():
-                if now_wall - read <= stale_s and user not in self.hub._groups:
-                    self.hub._groups[user] = (_mono(read, now_wall, now_mono), groups)
+                if now_wall - read <= stale_s:
+                    self.hub.remember_groups(user, _mono(read, now_wall, now_mono), groups)
+            self.hub.memory = self
         self.groups.clear()
-        self._attach()
+        self.auth.memory = self
 
-    # -- the serving broker's side ------------------------------------------------------------
+    # -- the authenticator's second memory (``TokenMemory``) ----------------------------------
 
-    def _attach(self) -> None:
-        if self._attached:
-            return
-        self._attached = True
-        auth, hub = self.auth, self.hub
-        cached, identify = auth.cached, auth.identify_and_cache
-
-        def cached_or_carried(token: str) -> Any:
-            identity = cached(token)
-            if identity is None and self.identities:
-                identity = self._carried(token)
-            return identity
-
-        async def identify_and_note(token: str) -> Any:
-            self._confirmed_from_carry(token)
-            identity = await identify(token)
-            if identity is not None:
-                self._note_identity(token)
-            else:  # the hub refused it: never again, not even as the last confirmation
-                key = token_key(token)
-                if self.identities.pop(key, None) is not None:
-                    self._append({"token": key, "revoked": True})
-            return identity
-
-        auth.cached = cached_or_carried
-        auth.identify_and_cache = identify_and_note
-        if hub is not None:
-            groups_of = hub.groups_of
-
-            async def groups_and_note(name: str) -> tuple[str, ...]:
-                before = hub._groups.get(name)
-                groups: tuple[str, ...] = await groups_of(name)
-                after = hub._groups.get(name)
-                if after is not None and after is not before:
-                    self._append(
-                        {
-                            "user": name,
-                            "groups": list(after[1]),
-                            "read": time.time() - (time.monotonic() - after[0]),
-                        }
-                    )
-                return groups
-
-            hub.groups_of = groups_and_note
-
-    def _carried(self, token: str) -> Any:
-        """The identity carried for ``token`` while it is fresh, now in the auth's own cache."""
-        hit = self.identities.get(token_key(token))
+    def recall(self, token: str) -> tuple[float, Any] | None:
+        hit = self.identities.get(token_key(token)) if self.identities else None
         if hit is None:
             return None
         expires, _confirmed, identity = hit
-        now_wall, now_mono = time.time(), time.monotonic()
-        if expires <= now_wall:
+        return _mono(expires, time.time(), time.monotonic()), identity
+
+    def recall_confirmed(self, token: str) -> tuple[float, Any] | None:
+        hit = self.identities.get(token_key(token)) if self.identities else None
+        if hit is None or hit[1] is None:
             return None
-        self.auth._identities[token] = (_mono(expires, now_wall, now_mono), identity)
-        return identity
+        return _mono(hit[1], time.time(), time.monotonic()), hit[2]
 
-    def _confirmed_from_carry(self, token: str) -> None:
-        """The hub's last confirmation carried for ``token`` (the authenticator's answer while
-        the hub cannot be reached), unless it has one of its own."""
-        if not self.identities or token in self.auth._confirmed:
-            return
-        hit = self.identities.get(token_key(token))
-        if hit is not None and hit[1] is not None:
-            self.auth._confirmed[token] = (_mono(hit[1], time.time(), time.monotonic()), hit[2])
+    def learnt(self, token: str, answer: TokenAnswer) -> None:
+        line = self._identity_line(token, answer)
+        self.identities.pop(line["token"], None)  # learnt again: the carried one is old
+        self._append(line)
 
-    def _note_identity(self, token: str) -> None:
-        kept = self.auth._identities.get(token)
-        if kept is not None or token in self.auth._confirmed:
-            line = self._identity_line(token, kept[0] if kept else None)
-            self.identities.pop(line["token"], None)  # learnt again: the carried one is old
-            self._append(line)
+    def refused(self, token: str) -> None:
+        key = token_key(token)
+        if self.identities.pop(key, None) is not None:
+            self._append({"token": key, "revoked": True})
 
-    def _identity_line(self, token: str, expires: float | None) -> dict[str, Any]:
-        """``token``'s line: its identity, when it expires (monotonic ``expires``; None: it
-        is not kept, only its last confirmation) and when the hub confirmed it."""
-        now_wall, now_mono = time.time(), time.monotonic()
-        confirmed = self.auth._confirmed.get(token)
-        kept = self.auth._identities.get(token)
-        identity = (kept or confirmed)[1]
+    # -- the hub client's (``GroupsMemory``) -------------------------------------------------
+
+    def groups_learnt(self, name: str, read_at: float, groups: tuple[str, ...]) -> None:
+        self._append({"user": name, "groups": list(groups), "read": _wall(read_at)})
+
+    # -- the serving broker's side ------------------------------------------------------------
+
+    @staticmethod
+    def _identity_line(token: str, answer: TokenAnswer) -> dict[str, Any]:
+        """``token``'s line: its identity, when it expires (the wall clock; now if it is not
+        kept, only its last confirmation) and when the hub confirmed it."""
         return {
             "token": token_key(token),
-            "identity": identity_doc(identity),
-            "expires": now_wall if expires is None else now_wall + (expires - now_mono),
-            "confirmed": None if confirmed is None else now_wall - (now_mono - confirmed[0]),
+            "identity": identity_doc(answer.identity),
+            "expires": time.time() if answer.expires is None else _wall(answer.expires),
+            "confirmed": None if answer.confirmed is None else _wall(answer.confirmed),
         }
 
     def _append(self, line: dict[str, Any]) -> None:
@@ -275,16 +260,12 @@ class Carry:
         """The file again, from what the authenticator and the hub client hold now."""
         self._appended = 0
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        now_wall, now_mono = time.time(), time.monotonic()
-        fresh = {t: kept[0] for t, kept in self.auth._identities.items() if kept[0] > now_mono}
-        lines = [
-            self._identity_line(token, fresh.get(token))
-            for token in {**fresh, **dict.fromkeys(self.auth._confirmed)}
-        ]
-        for user, (read, groups) in list(getattr(self.hub, "_groups", {}).items()):
-            lines.append(
-                {"user": user, "groups": list(groups), "read": now_wall - (now_mono - read)}
-            )
+        lines = [self._identity_line(t, a) for t, a in self.auth.answers().items()]
+        if self.hub is not None:
+            lines += [
+                {"user": user, "groups": list(groups), "read": _wall(read)}
+                for user, (read, groups) in self.hub.groups_read().items()
+            ]
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:
