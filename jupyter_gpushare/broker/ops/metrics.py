@@ -36,6 +36,10 @@ gpushare_releases_total                      reason             grants ended, by
 gpushare_culls_total                         pool, action       servers culled by the GPU
                                                                 idle culler
 gpushare_http_request_duration_seconds       handler, method    HTTP request latency
+gpushare_decision_cpu_seconds                pool               CPU time of each admission
+                                                                decision of the core (the
+                                                                broker's thread: a garbage
+                                                                collection begun inside counts)
 ===========================================  =================  =================================
 """
 
@@ -211,10 +215,19 @@ class BrokerMetrics:
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=self.registry,
         )
+        self.decision_cpu = Histogram(
+            "gpushare_decision_cpu_seconds",
+            "CPU time of each admission decision of the core (placement included; a garbage "
+            "collection that began inside counts)",
+            ["pool"],
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1),
+            registry=self.registry,
+        )
         self.registry.register(_StateCollector(self))
         # label children resolved once (``labels()`` costs a lock and a tuple per call)
         self._latency: dict[tuple[str, str], Any] = {}
         self._admissions: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._decision_cpu: dict[str, Any] = {}
 
     @property
     def broker(self) -> Broker | None:
@@ -249,6 +262,12 @@ class BrokerMetrics:
         children[0].inc()
         if children[1] is not None:
             children[1].inc()
+
+    def decision(self, pool: str, cpu_s: float) -> None:
+        child = self._decision_cpu.get(pool)
+        if child is None:
+            child = self._decision_cpu[pool] = self.decision_cpu.labels(pool)
+        child.observe(cpu_s)
 
     def preemption(self, reason: str, count: int) -> None:
         if count:

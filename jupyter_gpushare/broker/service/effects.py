@@ -47,6 +47,9 @@ class Observer(Protocol):
 
     def admission(self, pool: str, outcome: str, code: str) -> None: ...
 
+    def decision(self, pool: str, cpu_s: float) -> None:
+        """One decision of the core on a request of ``pool`` took ``cpu_s`` of CPU."""
+
     def preemption(self, reason: str, count: int) -> None: ...
 
     def release(self, reason: str) -> None: ...
@@ -56,6 +59,9 @@ class NoObserver:
     """An observer that records nothing."""
 
     def admission(self, pool: str, outcome: str, code: str) -> None:
+        pass
+
+    def decision(self, pool: str, cpu_s: float) -> None:
         pass
 
     def preemption(self, reason: str, count: int) -> None:

@@ -22,6 +22,7 @@ live in :mod:`.preempt`; this module only schedules them through :class:`~.effec
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -93,6 +94,15 @@ def _queue_limit(b: BrokerParts, req: Request) -> Decision | None:
     return None
 
 
+def timed_decide(b: BrokerParts, req: Request, known: AdmissionFacts) -> Decision:
+    """The core's decision on ``req``; its CPU time (this thread's, so a garbage collection
+    that began inside counts too) goes to the observer."""
+    began = time.thread_time()
+    decision = decide(b.state, req, new_id("g"), known)
+    b.observer.decision(req.pool, time.thread_time() - began)
+    return decision
+
+
 def submit(b: BrokerParts, req: Request, *, idempotency_key: str | None = None) -> dict[str, Any]:
     """Decide on a new request, write the outcome in one transaction, then apply it."""
     if idempotency_key:
@@ -101,7 +111,7 @@ def submit(b: BrokerParts, req: Request, *, idempotency_key: str | None = None) 
             return existing
     now = b.clock()
     seq = 0
-    decision = decide(b.state, req, new_id("g"), facts(b, now, req))
+    decision = timed_decide(b, req, facts(b, now, req))
     if decision.outcome is Outcome.QUEUED:
         decision = _queue_limit(b, req) or decision
     status, grant, victims, marks = _outcome(b, req, decision, now)
@@ -357,7 +367,7 @@ def retry(b: BrokerParts, request_id: str) -> str | None:
     if req is None:
         return None
     now = b.clock()
-    decision = decide(b.state, req, new_id("g"), facts(b, now, req, retry=True))
+    decision = timed_decide(b, req, facts(b, now, req, retry=True))
     if decision.outcome is Outcome.QUEUED and request_id in b.queue:
         return "queued"  # unchanged: no write
     return _transition(b, req, decision, now)
@@ -400,7 +410,7 @@ def _drain_by_shape(b: BrokerParts, pool: str, changed: list[tuple[str, str]]) -
             if req is None:
                 continue
             now = b.clock()
-            decision = decide(b.state, req, new_id("g"), facts(b, now, req, retry=True))
+            decision = timed_decide(b, req, facts(b, now, req, retry=True))
             if decision.outcome is Outcome.QUEUED:
                 if decision.code == "user_cap":  # others of this shape may still fit
                     capped.add((req.user, req.gpu.units_milli))
@@ -421,7 +431,7 @@ def _drain_every(b: BrokerParts, pool: str, changed: list[tuple[str, str]]) -> N
         if req.id not in b.queue:
             continue
         now = b.clock()
-        decision = decide(b.state, req, new_id("g"), facts(b, now, req, retry=True))
+        decision = timed_decide(b, req, facts(b, now, req, retry=True))
         if decision.outcome is not Outcome.QUEUED:
             changed.append((req.id, _transition(b, req, decision, now)))
 
