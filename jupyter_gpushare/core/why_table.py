@@ -1,0 +1,222 @@
+"""The figures of :mod:`.placement_why` for one pool and GPU ask, kept up to date (pure).
+
+A table holds each node's part of the figures (its cards of the models asked: how many,
+idle, free memory...), their sums, the largest of some of them (a heap per figure whose
+stale entries are dropped when they come to the top), and the open nodes that could host
+the ask as far as their GPUs go, sorted by free CPU and by free RAM (the most free among
+those short of the request's CPU is one bisection away, whatever CPU the request asks).
+:meth:`WhyTable.refresh` reads only the nodes changed since (the state's change log); a
+state whose log no longer reaches that far is read again whole.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass
+
+from .model import GPUAsk, Request, SharingMode
+from .state import ClusterState, NodeState
+from .why_facts import FractionFacts, Hosts, PoolFacts, WholeFacts, model_ok
+
+WHOLE, FRACTION, NO_GPU = "whole", "fraction", "no_gpu"
+
+
+def table_key(request: Request, mode: SharingMode) -> tuple:
+    """What a table depends on: the pool, the GPU ask and the models (not CPU or RAM)."""
+    return (request.pool, request.gpu, request.gpu_models, _path(request.gpu, mode))
+
+
+def _path(ask: GPUAsk, mode: SharingMode) -> str:
+    if ask.is_empty:
+        return NO_GPU
+    if ask.whole or mode in (SharingMode.EXCLUSIVE, SharingMode.MIG):
+        return WHOLE
+    return FRACTION
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One node's part. ``sums`` by path: common (open, model cards) then
+    whole: total, free, roomy, roomy open; fraction: cards, open cards, roomy cards, free
+    MiB, both, hosts; no GPU: nothing more. ``tops``: (value, detail) or None per figure
+    whose largest is wanted (whole: idle; fraction: -need, free MiB, free compute)."""
+
+    sums: tuple[int, ...]
+    tops: tuple[tuple[int, int] | None, ...]
+    host: bool  # open, and its GPUs could take the ask
+    free_cpu: int
+    free_mem: int
+
+
+def _part(ns: NodeState, request: Request, path: str) -> _Part:
+    is_open = not ns.cordoned
+    mine = [g for g in ns.gpus if model_ok(g, request)]
+    common: tuple[int, ...] = (int(is_open), len(mine))
+    if path == WHOLE:
+        count = request.gpu.whole or 1
+        idle = sum(1 for g in mine if g.idle)
+        has_room = idle >= count
+        sums: tuple[int, ...] = common + (
+            len(mine) if is_open else 0,
+            idle if is_open else 0,
+            int(has_room),
+            int(has_room and is_open),
+        )
+        top = (idle, 0) if is_open and idle > 0 else None
+        return _Part(sums, (top,), has_room and is_open, ns.free_cpu, ns.free_mem)
+    if path == NO_GPU:
+        return _Part(common, (), is_open, ns.free_cpu, ns.free_mem)
+    if not is_open:
+        return _Part(common + (0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
+    ask = request.gpu
+    compute = ask.compute_on()
+    opens = [g for g in mine if not g.whole]
+    needs = [ask.memory_on(g.gpu, g.capacity_mib) for g in opens]
+    roomy = [g for g, need in zip(opens, needs, strict=True) if need <= g.free_mib]
+    both = sum(1 for g in roomy if compute <= g.free_compute)
+    most = max(opens, key=lambda g: g.free_mib) if opens else None
+    sums = common + (
+        len(mine), len(opens), len(roomy), sum(g.free_mib for g in opens), both, int(both > 0)
+    )
+    tops = (
+        (-min(needs), 0) if needs else None,
+        (most.free_mib, most.gpu.index) if most is not None else None,
+        (max(g.free_compute for g in roomy), 0) if roomy else None,
+    )
+    return _Part(sums, tops, both > 0, ns.free_cpu, ns.free_mem)
+
+
+_FAR = -(1 << 62)
+
+
+class WhyTable:
+    """The figures for one pool and GPU ask (:func:`table_key`), as of ``version``."""
+
+    def __init__(
+        self, state: ClusterState, nodes: list[NodeState], request: Request, mode: SharingMode
+    ) -> None:
+        self.nodes = nodes
+        self.path = _path(request.gpu, mode)
+        self.request = request  # its GPU ask and models (the table's key) are what is read
+        self.pos = {ns.node.name: i for i, ns in enumerate(nodes)}
+        self._read_all(state)
+
+    def _read_all(self, state: ClusterState) -> None:
+        self.version = state.version
+        self.parts = [_part(ns, self.request, self.path) for ns in self.nodes]
+        self.stamps = [0] * len(self.nodes)
+        width = len(self.parts[0].sums) if self.parts else 0
+        self.sums = [sum(p.sums[k] for p in self.parts) for k in range(width)]
+        self.heaps: list[list[tuple[int, int, int, int]]] = []
+        for k in range(len(self.parts[0].tops) if self.parts else 0):
+            self.heaps.append(self._heap(k))
+        hosts = [i for i, p in enumerate(self.parts) if p.host]
+        self.by_cpu = sorted((self.parts[i].free_cpu, -i) for i in hosts)
+        self.by_mem = sorted((self.parts[i].free_mem, -i) for i in hosts)
+
+    def _heap(self, k: int) -> list[tuple[int, int, int, int]]:
+        heap = [
+            (-top[0], i, self.stamps[i], top[1])
+            for i, p in enumerate(self.parts)
+            if (top := p.tops[k]) is not None
+        ]
+        heapq.heapify(heap)
+        return heap
+
+    def refresh(self, state: ClusterState) -> None:
+        """Bring the table to the state's version: the nodes changed since, or all."""
+        if state.version == self.version:
+            return
+        changed = state.changed_since(self.version)
+        if changed is None:
+            self._read_all(state)
+            return
+        for name in changed:
+            i = self.pos.get(name)
+            if i is not None:
+                self._update(i, _part(self.nodes[i], self.request, self.path))
+        self.version = state.version
+
+    def _update(self, i: int, new: _Part) -> None:
+        old = self.parts[i]
+        if new == old:
+            return
+        for k, (a, b) in enumerate(zip(old.sums, new.sums, strict=True)):
+            self.sums[k] += b - a
+        self.parts[i] = new
+        self.stamps[i] += 1
+        for k, heap in enumerate(self.heaps):
+            top = new.tops[k]
+            if top is not None:
+                heapq.heappush(heap, (-top[0], i, self.stamps[i], top[1]))
+            if len(heap) > 2 * len(self.parts) + 64:
+                self.heaps[k] = self._heap(k)
+        for column, was, now in (
+            (self.by_cpu, old.free_cpu, new.free_cpu), (self.by_mem, old.free_mem, new.free_mem)
+        ):
+            if old.host:
+                del column[bisect.bisect_left(column, (was, -i))]
+            if new.host:
+                bisect.insort(column, (now, -i))
+
+    def _top(self, k: int) -> tuple[int, int, int] | None:
+        """(value, node position, detail) of the largest of figure ``k``, first node first."""
+        heap = self.heaps[k]
+        while heap:
+            negative, i, stamp, detail = heap[0]
+            if stamp == self.stamps[i]:
+                return -negative, i, detail
+            heapq.heappop(heap)
+        return None
+
+    @staticmethod
+    def _most_below(column: list[tuple[int, int]], limit: int) -> tuple[int, int] | None:
+        """(free, node position) of the most free below ``limit``, the first such node."""
+        at = bisect.bisect_left(column, (limit, _FAR))
+        if at == 0:
+            return None
+        free, negative_pos = column[at - 1]
+        return free, -negative_pos
+
+    def _hosts(self, request: Request, count: int, open_count: int) -> Hosts:
+        cpu = self._most_below(self.by_cpu, request.cpu_milli)
+        mem = self._most_below(self.by_mem, request.memory_mib)
+        return Hosts(
+            count=count,
+            open=open_count,
+            cpu_most=None if cpu is None else (cpu[0], self.nodes[cpu[1]].node.name),
+            mem_most=None if mem is None else (mem[0], self.nodes[mem[1]].node.name),
+        )
+
+    def facts(self, request: Request) -> PoolFacts:
+        """The figures for ``request`` (of this table's pool and GPU ask; any CPU and RAM)."""
+        s = self.sums
+        detail: WholeFacts | FractionFacts | Hosts
+        if self.path == WHOLE:
+            best = self._top(0)
+            detail = WholeFacts(
+                total=s[2],
+                free=s[3],
+                best=None if best is None else (best[0], self.nodes[best[1]].node.name),
+                roomy=self._hosts(request, s[4], s[5]),
+            )
+        elif self.path == FRACTION:
+            need, most, compute = self._top(0), self._top(1), self._top(2)
+            detail = FractionFacts(
+                cards=s[2],
+                open=s[3],
+                need=None if need is None else -need[0],
+                roomy=s[4],
+                free_mib=s[5],
+                most_free=(
+                    None if most is None
+                    else (most[0], most[2], self.nodes[most[1]].node.name)
+                ),
+                compute_most=None if compute is None else compute[0],
+                both=s[6],
+                hosts=self._hosts(request, s[7], s[7]),
+            )
+        else:
+            detail = self._hosts(request, s[0], s[0])
+        return PoolFacts(nodes=len(self.nodes), open=s[0], model_cards=s[1], detail=detail)
