@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass
 
-from .model import GPUAsk, Request, SharingMode
+from .model import UNIT, GPUAsk, Request, SharingMode
 from .state import ClusterState, NodeState
-from .why_facts import FractionFacts, Hosts, PoolFacts, WholeFacts, model_ok
+from .why_facts import FractionFacts, Hosts, PoolFacts, WholeFacts
 
 WHOLE, FRACTION, NO_GPU = "whole", "fraction", "no_gpu"
 
@@ -35,56 +34,66 @@ def _path(ask: GPUAsk, mode: SharingMode) -> str:
     return FRACTION
 
 
-@dataclass(frozen=True)
-class _Part:
-    """One node's part. ``sums`` by path: common (open, model cards) then
-    whole: total, free, roomy, roomy open; fraction: cards, open cards, roomy cards, free
-    MiB, both, hosts; no GPU: nothing more. ``tops``: (value, detail) or None per figure
-    whose largest is wanted (whole: idle; fraction: -need, free MiB, free compute)."""
+_Part = tuple  # (sums, tops, host, free_cpu, free_mem): see _part
+"""One node's part: ``sums`` by path, common (open, model cards) then whole: total, free,
+roomy, roomy open; fraction: cards, open cards, roomy cards, free MiB, both, hosts; no GPU:
+nothing more. ``tops``: (value, detail) or None per figure whose largest is wanted (whole:
+idle; fraction: -need, free MiB, free compute). ``host``: open, and its GPUs could take the
+ask. A plain tuple: a table makes one per node of the pool."""
 
-    sums: tuple[int, ...]
-    tops: tuple[tuple[int, int] | None, ...]
-    host: bool  # open, and its GPUs could take the ask
-    free_cpu: int
-    free_mem: int
+_CLOSED_FRACTION = ((0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
 
 
 def _part(ns: NodeState, request: Request, path: str) -> _Part:
     is_open = not ns.cordoned
-    mine = [g for g in ns.gpus if model_ok(g, request)]
-    common: tuple[int, ...] = (int(is_open), len(mine))
+    models = request.gpu_models
+    mine = ns.gpus if not models else [g for g in ns.gpus if g.gpu.model in models]
     if path == WHOLE:
         count = request.gpu.whole or 1
-        idle = sum(1 for g in mine if g.idle)
+        idle = sum(g.holders == 0 for g in mine)
         has_room = idle >= count
-        sums: tuple[int, ...] = common + (
-            len(mine) if is_open else 0,
-            idle if is_open else 0,
-            int(has_room),
-            int(has_room and is_open),
-        )
-        top = (idle, 0) if is_open and idle > 0 else None
-        return _Part(sums, (top,), has_room and is_open, ns.free_cpu, ns.free_mem)
+        sums: tuple[int, ...]
+        if is_open:
+            sums = (1, len(mine), len(mine), idle, int(has_room), int(has_room))
+            top = (idle, 0) if idle > 0 else None
+        else:
+            sums = (0, len(mine), 0, 0, int(has_room), 0)
+            top = None
+        return (sums, (top,), has_room and is_open, ns.free_cpu, ns.free_mem)
     if path == NO_GPU:
-        return _Part(common, (), is_open, ns.free_cpu, ns.free_mem)
+        return ((int(is_open), len(mine)), (), is_open, ns.free_cpu, ns.free_mem)
     if not is_open:
-        return _Part(common + (0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
+        closed = _CLOSED_FRACTION
+        return ((0, len(mine)) + closed[0], closed[1], False, 0, 0)
     ask = request.gpu
     compute = ask.compute_on()
-    opens = [g for g in mine if not g.whole]
-    needs = [ask.memory_on(g.gpu, g.capacity_mib) for g in opens]
-    roomy = [g for g, need in zip(opens, needs, strict=True) if need <= g.free_mib]
-    both = sum(1 for g in roomy if compute <= g.free_compute)
-    most = max(opens, key=lambda g: g.free_mib) if opens else None
-    sums = common + (
-        len(mine), len(opens), len(roomy), sum(g.free_mib for g in opens), both, int(both > 0)
+    opens = roomy = free_sum = both = 0
+    need_min = most_free = most_index = compute_most = -1
+    for g in mine:  # one pass, the GPU state's properties inlined (a table reads every node)
+        if g.whole:
+            continue
+        opens += 1
+        free = max(0, g.capacity_mib - g.used_mib)
+        free_sum += free
+        if free > most_free:
+            most_free, most_index = free, g.gpu.index
+        need = ask.memory_on(g.gpu, g.capacity_mib)
+        if need_min < 0 or need < need_min:
+            need_min = need
+        if need <= free:
+            roomy += 1
+            free_compute = UNIT - g.used_compute
+            compute_most = max(compute_most, free_compute)
+            both += compute <= free_compute
+    sums = (
+        1, len(mine), len(mine), opens, roomy, free_sum, both, int(both > 0)
     )
     tops = (
-        (-min(needs), 0) if needs else None,
-        (most.free_mib, most.gpu.index) if most is not None else None,
-        (max(g.free_compute for g in roomy), 0) if roomy else None,
+        (-need_min, 0) if opens else None,
+        (most_free, most_index) if opens else None,
+        (compute_most, 0) if roomy else None,
     )
-    return _Part(sums, tops, both > 0, ns.free_cpu, ns.free_mem)
+    return (sums, tops, both > 0, ns.free_cpu, ns.free_mem)
 
 
 _FAR = -(1 << 62)
@@ -106,20 +115,17 @@ class WhyTable:
         self.version = state.version
         self.parts = [_part(ns, self.request, self.path) for ns in self.nodes]
         self.stamps = [0] * len(self.nodes)
-        width = len(self.parts[0].sums) if self.parts else 0
-        self.sums = [sum(p.sums[k] for p in self.parts) for k in range(width)]
-        self.heaps: list[list[tuple[int, int, int, int]]] = []
-        for k in range(len(self.parts[0].tops) if self.parts else 0):
-            self.heaps.append(self._heap(k))
-        hosts = [i for i, p in enumerate(self.parts) if p.host]
-        self.by_cpu = sorted((self.parts[i].free_cpu, -i) for i in hosts)
-        self.by_mem = sorted((self.parts[i].free_mem, -i) for i in hosts)
+        self.sums = [sum(column) for column in zip(*(p[0] for p in self.parts), strict=True)]
+        self.heaps = [self._heap(k) for k in range(len(self.parts[0][1]) if self.parts else 0)]
+        hosts = [(i, p) for i, p in enumerate(self.parts) if p[2]]
+        self.by_cpu = sorted([(p[3], -i) for i, p in hosts])
+        self.by_mem = sorted([(p[4], -i) for i, p in hosts])
 
     def _heap(self, k: int) -> list[tuple[int, int, int, int]]:
         heap = [
             (-top[0], i, self.stamps[i], top[1])
             for i, p in enumerate(self.parts)
-            if (top := p.tops[k]) is not None
+            if (top := p[1][k]) is not None
         ]
         heapq.heapify(heap)
         return heap
@@ -142,22 +148,22 @@ class WhyTable:
         old = self.parts[i]
         if new == old:
             return
-        for k, (a, b) in enumerate(zip(old.sums, new.sums, strict=True)):
+        for k, (a, b) in enumerate(zip(old[0], new[0], strict=True)):
             self.sums[k] += b - a
         self.parts[i] = new
         self.stamps[i] += 1
         for k, heap in enumerate(self.heaps):
-            top = new.tops[k]
+            top = new[1][k]
             if top is not None:
                 heapq.heappush(heap, (-top[0], i, self.stamps[i], top[1]))
             if len(heap) > 2 * len(self.parts) + 64:
                 self.heaps[k] = self._heap(k)
         for column, was, now in (
-            (self.by_cpu, old.free_cpu, new.free_cpu), (self.by_mem, old.free_mem, new.free_mem)
+            (self.by_cpu, old[3], new[3]), (self.by_mem, old[4], new[4])
         ):
-            if old.host:
+            if old[2]:
                 del column[bisect.bisect_left(column, (was, -i))]
-            if new.host:
+            if new[2]:
                 bisect.insort(column, (now, -i))
 
     def _top(self, k: int) -> tuple[int, int, int] | None:
