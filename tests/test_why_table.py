@@ -114,7 +114,7 @@ def test_a_table_behind_a_short_change_log_is_read_again_whole(seed: int) -> Non
 
 
 def test_more_asks_than_tables_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(placement_why, "KEEP_TABLES", 2)  # tables dropped and made again
+    monkeypatch.setattr(placement_why, "KEEP_NODE_PARTS", 14)  # two tables of 7 nodes at most
     history(200, 150)
 
 
