@@ -42,12 +42,26 @@ idle; fraction: -need, free MiB, free compute). ``host``: open, and its GPUs cou
 ask. A plain tuple: a table makes one per node of the pool."""
 
 _CLOSED_FRACTION = ((0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
+_NONE_OF_THE_MODELS: dict[str, dict[bool, _Part]] = {  # path -> is_open -> the part of a node without a card of the models
+    WHOLE: {
+        True: ((1, 0, 0, 0, 0, 0), (None,), False, 0, 0),
+        False: ((0, 0, 0, 0, 0, 0), (None,), False, 0, 0),
+    },
+    FRACTION: {
+        True: ((1, 0, 0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0),
+        False: ((0, 0) + _CLOSED_FRACTION[0], _CLOSED_FRACTION[1], False, 0, 0),
+    },
+}
 
 
 def _part(ns: NodeState, request: Request, path: str) -> _Part:
     is_open = not ns.cordoned
     models = request.gpu_models
     mine = ns.gpus if not models else [g for g in ns.gpus if g.gpu.model in models]
+    if path == NO_GPU:
+        return ((int(is_open), len(mine)), (), is_open, ns.free_cpu, ns.free_mem)
+    if not mine:  # none of the models asked (most nodes, for a pinned ask): one shared part
+        return _NONE_OF_THE_MODELS[path][is_open]
     if path == WHOLE:
         count = request.gpu.whole or 1
         idle = sum(g.holders == 0 for g in mine)
@@ -59,9 +73,9 @@ def _part(ns: NodeState, request: Request, path: str) -> _Part:
         else:
             sums = (0, len(mine), 0, 0, int(has_room), 0)
             top = None
-        return (sums, (top,), has_room and is_open, ns.free_cpu, ns.free_mem)
-    if path == NO_GPU:
-        return ((int(is_open), len(mine)), (), is_open, ns.free_cpu, ns.free_mem)
+        if has_room and is_open:
+            return (sums, (top,), True, ns.free_cpu, ns.free_mem)
+        return (sums, (top,), False, 0, 0)  # (a node that is no host: its CPU is not read)
     if not is_open:
         closed = _CLOSED_FRACTION
         return ((0, len(mine)) + closed[0], closed[1], False, 0, 0)
@@ -93,7 +107,9 @@ def _part(ns: NodeState, request: Request, path: str) -> _Part:
         (most_free, most_index) if opens else None,
         (compute_most, 0) if roomy else None,
     )
-    return (sums, tops, both > 0, ns.free_cpu, ns.free_mem)
+    if both:
+        return (sums, tops, True, ns.free_cpu, ns.free_mem)
+    return (sums, tops, False, 0, 0)
 
 
 _FAR = -(1 << 62)
