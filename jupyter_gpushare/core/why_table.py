@@ -42,7 +42,8 @@ idle; fraction: -need, free MiB, free compute). ``host``: open, and its GPUs cou
 ask. A plain tuple: a table makes one per node of the pool."""
 
 _CLOSED_FRACTION = ((0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
-_NONE_OF_THE_MODELS: dict[str, dict[bool, _Part]] = {  # path -> is_open -> the part of a node without a card of the models
+# path -> open or not -> the part of a node without a card of the models asked
+_NONE_OF_THE_MODELS: dict[str, dict[bool, _Part]] = {
     WHOLE: {
         True: ((1, 0, 0, 0, 0, 0), (None,), False, 0, 0),
         False: ((0, 0, 0, 0, 0, 0), (None,), False, 0, 0),
