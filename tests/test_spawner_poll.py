@@ -1,13 +1,18 @@
 """The spawner's poll: the grant check after a hub restart is retried until the broker
-answers, and a server found dead gives its grant back at once (pure: a stand-in broker)."""
+answers, a server found dead gives its grant back at once (pure: a stand-in broker), and the
+first poll after a restart waits for a server that is still starting (a real HTTP server)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from jupyterhub.objects import Server
 from jupyterhub.spawner import Spawner
+from realhub import free_port
 
 from jupyter_gpushare.broker.client import BrokerError, GrantInfo
 from jupyter_gpushare.spawner.mixin import GPUShareSpawner
@@ -90,3 +95,66 @@ def test_a_server_with_a_grant_is_polled_fast() -> None:
     plain = Spawn(user=SimpleNamespace(name="bob", groups=[]), _log_name="bob")
     plain.load_state({})
     assert plain.poll_interval == 30
+
+
+# -- after a hub restart: a server still starting is asked until it answers ------------------
+
+
+class _Later:
+    """An HTTP server on ``port`` that starts listening ``after`` seconds from now."""
+
+    def __init__(self, port: int, after: float) -> None:
+        from tornado.httpserver import HTTPServer
+        from tornado.web import Application, RequestHandler
+
+        class Root(RequestHandler):
+            def get(self) -> None:
+                self.redirect("/hub/login")  # what a single-user server answers a stranger
+
+        self.server = HTTPServer(Application([(r"/.*", Root)]))
+        self.port = port
+        self.listening_at = 0.0
+        asyncio.get_running_loop().call_later(after, self._listen)
+
+    def _listen(self) -> None:
+        self.server.listen(self.port, "127.0.0.1")
+        self.listening_at = time.monotonic()
+
+
+def running_spawner(port: int) -> Spawn:
+    s = spawner(Broker(failures=0))
+    s.server = Server(ip="127.0.0.1", port=port, base_url="/user/alice/")
+    return s
+
+
+async def test_the_first_poll_after_a_restart_waits_until_the_server_answers() -> None:
+    port = free_port()
+    later = _Later(port, after=0.8)
+    s = running_spawner(port)
+    began = time.monotonic()
+    assert await s.poll() is None
+    done = time.monotonic()
+    assert later.listening_at, "the poll came back before the server listened"
+    # asked every ANSWER_POLL_S: seen within a try of it answering (JupyterHub's own check
+    # backs off to 5 s between tries)
+    assert done - later.listening_at < 0.35, done - later.listening_at
+    assert done - began >= 0.8
+    later.server.stop()
+
+
+async def test_only_the_first_poll_after_loading_waits_and_never_past_http_timeout() -> None:
+    port = free_port()  # nothing ever listens there
+    s = running_spawner(port)
+    s.http_timeout = 1
+    began = time.monotonic()
+    assert await s.poll() is None
+    assert 0.8 <= time.monotonic() - began < 2.0  # gave up after http_timeout
+    began = time.monotonic()
+    assert await s.poll() is None
+    assert time.monotonic() - began < 0.3  # the next poll does not ask
+    fresh = Spawn(user=SimpleNamespace(name="carol", groups=[]), _log_name="carol")
+    fresh.load_state({})  # a spawner with no server state: nothing to wait for
+    fresh.server = Server(ip="127.0.0.1", port=port, base_url="/user/carol/")
+    began = time.monotonic()
+    assert await fresh.poll() is None
+    assert time.monotonic() - began < 0.3

@@ -29,6 +29,7 @@ from typing import Any
 
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import maybe_future
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Float, Unicode, default
 
 from jupyter_gpushare.broker.client import BrokerClient, BrokerError, GrantInfo
@@ -44,6 +45,8 @@ __all__ = ["REASON_CHARS", "GPUShareSpawner", "GPUShareSpawnerMixin", "spawn_err
 DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
 
 CHECK_RETRY_S = 10.0
+ANSWER_POLL_S = 0.1
+"""After a hub restart, how often the first poll asks a running server whether it answers."""
 """Default of ``grant_check_retry_s``."""
 
 
@@ -143,6 +146,8 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
         self.gpushare_last_stop = last if isinstance(last, dict) else None
         if self.grant_id:
             self._poll_fast()
+        if state:  # loaded with a server's state: the hub's first poll waits for it to answer
+            self.__dict__["_gpushare_loaded_running"] = True
 
     def clear_state(self) -> None:
         super().clear_state()
@@ -304,6 +309,8 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
     async def poll(self) -> Any:  # type: ignore[override]
         held = self.grant_id
         status = await maybe_future(super().poll())
+        if self.__dict__.pop("_gpushare_loaded_running", False) and status is None:
+            await self._answering()
         if status is not None and self.__dict__.get("_gpushare_stopping"):
             return status  # a stop is under way: it says why and releases the grant
         # a spawner whose poll clears its own state (batchspawner's, when the job is gone)
@@ -351,6 +358,32 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
                     "gpushare: grant %s of %s confirmed by the broker", gid, self._log_name
                 )
         return status
+
+    async def _answering(self) -> None:
+        """Wait, asking every ``ANSWER_POLL_S`` (at most ``http_timeout``), until the server
+        answers HTTP: a hub that restarts while a server starts (it went during the spawn)
+        finds the process running and checks it with JupyterHub's own wait (``User._wait_up``),
+        whose tries back off to 5 s apart; a server that answers just after a try was seen up
+        to 5 s late, and meanwhile the hub answers a stop of it 500 ("pending check"). Asked
+        here first, the hub's check finds it answering at its first try. A server that does
+        not answer in time is left to that check (which then stops it, as before)."""
+        server = self.server
+        if server is None or self.internal_ssl:
+            return  # (no server to ask; with internal SSL, the hub's own check only)
+        deadline = time.monotonic() + self.http_timeout
+        client = AsyncHTTPClient()
+        while True:
+            try:
+                await client.fetch(server.url, follow_redirects=False, request_timeout=5)
+                return
+            except HTTPClientError as exc:
+                if exc.code < 500:  # any answer (a redirect to the login page)
+                    return
+            except OSError:
+                pass  # not listening yet
+            if time.monotonic() + ANSWER_POLL_S > deadline:
+                return
+            await asyncio.sleep(ANSWER_POLL_S)
 
     async def release_grant(self, grant_id: str) -> None:
         """Release a grant once, even if several paths ask at the same time."""
