@@ -46,7 +46,7 @@ DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
 
 CHECK_RETRY_S = 10.0
 ANSWER_POLL_S = 0.1
-"""After a hub restart, how often the first poll asks a running server whether it answers."""
+"""How often the hub's check of a running server on its start asks whether it answers."""
 """Default of ``grant_check_retry_s``."""
 
 
@@ -146,8 +146,6 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
         self.gpushare_last_stop = last if isinstance(last, dict) else None
         if self.grant_id:
             self._poll_fast()
-        if state:  # loaded with a server's state: the hub's first poll waits for it to answer
-            self.__dict__["_gpushare_loaded_running"] = True
 
     def clear_state(self) -> None:
         super().clear_state()
@@ -309,7 +307,7 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
     async def poll(self) -> Any:  # type: ignore[override]
         held = self.grant_id
         status = await maybe_future(super().poll())
-        if self.__dict__.pop("_gpushare_loaded_running", False) and status is None:
+        if self._check_pending and status is None:  # the hub's check of it on its start
             await self._answering()
         if status is not None and self.__dict__.get("_gpushare_stopping"):
             return status  # a stop is under way: it says why and releases the grant
@@ -366,7 +364,9 @@ class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
         whose tries back off to 5 s apart; a server that answers just after a try was seen up
         to 5 s late, and meanwhile the hub answers a stop of it 500 ("pending check"). Asked
         here first, the hub's check finds it answering at its first try. A server that does
-        not answer in time is left to that check (which then stops it, as before)."""
+        not answer in time is left to that check (which then stops it, as before). Only
+        while the hub checks the server on its start (JupyterHub's ``_check_pending``):
+        any other poll, e.g. of a server whose node just died, never waits."""
         server = self.server
         if server is None or self.internal_ssl:
             return  # (no server to ask; with internal SSL, the hub's own check only)
