@@ -160,3 +160,29 @@ async def test_only_the_hubs_check_on_its_start_waits_and_never_past_http_timeou
     began = time.monotonic()
     assert await loaded.poll() is None
     assert time.monotonic() - began < 0.3
+
+
+async def test_a_server_answering_5xx_is_not_yet_up() -> None:
+    """As JupyterHub's own check: a 5xx (a proxy's 503, a server still loading) is asked
+    again; only an answer below 500 ends the wait."""
+    from tornado.httpserver import HTTPServer
+    from tornado.web import Application, RequestHandler
+
+    ready_at = time.monotonic() + 0.6
+
+    class Root(RequestHandler):
+        def get(self) -> None:
+            if time.monotonic() < ready_at:
+                self.set_status(503)
+            else:
+                self.redirect("/hub/login")
+
+    port = free_port()
+    server = HTTPServer(Application([(r"/.*", Root)]))
+    server.listen(port, "127.0.0.1")
+    try:
+        s = running_spawner(port)
+        assert await s.poll() is None
+        assert time.monotonic() >= ready_at
+    finally:
+        server.stop()

@@ -45,9 +45,9 @@ __all__ = ["REASON_CHARS", "GPUShareSpawner", "GPUShareSpawnerMixin", "spawn_err
 DEFAULT_BROKER_URL = "http://127.0.0.1:10101/services/gpushare/api/v1"
 
 CHECK_RETRY_S = 10.0
+"""Default of ``grant_check_retry_s``."""
 ANSWER_POLL_S = 0.1
 """How often the hub's check of a running server on its start asks whether it answers."""
-"""Default of ``grant_check_retry_s``."""
 
 
 class GPUShareSpawner(GrantRequestMixin, ProfileChoiceMixin, Spawner):
