@@ -155,3 +155,44 @@ def test_fragmented_memory_and_taken_compute_name_the_same_card(seed: int) -> No
             assert words == why_by_scan(state, big), (seed, n, milli)
             said.add(words.split(":")[0])
     assert "memory fragmented across cards" in said, said
+
+
+def test_a_pinned_ask_reads_only_the_nodes_with_a_card_of_its_models() -> None:
+    """A table for an ask pinned to models reads only the nodes with a card of one; the open
+    nodes of the rest come from the state's count, so "every node is cordoned" still holds
+    when the last node without the models is cordoned."""
+    rng = random.Random(11)
+    state = cluster(rng)
+    nodes = state.by_pool["train"]
+    models = tuple(sorted({g.gpu.model for g in nodes[0].gpus}))
+    req = Request("r", "u", "t", "train", GPUAsk(whole=8), "p", holder="h", gpu_models=models)
+    mine = [ns.node.name for ns in nodes if any(g.gpu.model in models for g in ns.gpus)]
+    assert 0 < len(mine) < len(nodes), "the seed gives a pool of mixed models"
+    why_nothing_fits(state, req)
+    table = placement_why._KEPT[state].tables[
+        placement_why.table_key(req, SharingMode.EXCLUSIVE)
+    ]
+    assert [ns.node.name for ns in table.nodes] == mine
+    order = [ns.node.name for ns in nodes]
+    rng.shuffle(order)
+    for name in order + order:  # every node cordoned, then every one open again
+        state.cordon(name, not state.nodes[name].cordoned)
+        assert why_nothing_fits(state, req) == why_by_scan(state, req), name
+    state.cordon(order[0])
+    assert why_nothing_fits(state, req) == why_by_scan(state, req)
+
+
+def test_the_state_counts_the_open_nodes_of_each_pool() -> None:
+    state = cluster(random.Random(3))
+    first, second = (ns.node.name for ns in state.by_pool["train"][:2])
+    assert state.open_nodes("train") == 5 and state.open_nodes("shared") == 7
+    state.cordon(first)
+    state.cordon(first)  # cordoned again: counted once
+    assert state.open_nodes("train") == 4
+    state.cordon(second)
+    state.cordon(first, False)
+    assert (state.open_nodes("train"), state.open_nodes("shared")) == (4, 7)
+    state.cordon(first, False)
+    state.cordon(second, False)
+    assert state.open_nodes("train") == 5
+    assert state.open_nodes("nowhere") == 0

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from .model import Request, SharingMode
 from .state import ClusterState, GPUState, NodeState
 from .why_facts import FractionFacts, Hosts, PoolFacts, WholeFacts, model_ok
-from .why_table import WhyTable, table_key
+from .why_table import WhyTable, reads_all, table_key
 
 
 def _plural(n: int, word: str) -> str:
@@ -126,13 +126,50 @@ def say(pool_facts: PoolFacts, request: Request, pool_name: str) -> str:
 # -- the figures from the tables, kept up to date ----------------------------------------------
 
 
-_TABLES: weakref.WeakKeyDictionary[ClusterState, OrderedDict[tuple, WhyTable]] = (
-    weakref.WeakKeyDictionary()
-)
+class _Kept:
+    """What is kept for one state: the tables, least recently asked first, and per pool and
+    set of models the nodes with a card of one (in the pool's order) and their positions."""
+
+    def __init__(self) -> None:
+        self.tables: OrderedDict[tuple, WhyTable] = OrderedDict()
+        self.by_model: dict[str, dict[str, list[int]]] = {}  # pool -> model -> positions
+        self.read: dict[tuple, tuple[list[NodeState], dict[str, int]]] = {}
+
+    def nodes_read(
+        self, pool: str, nodes: list[NodeState], request: Request, mode: SharingMode
+    ) -> tuple[list[NodeState], dict[str, int]]:
+        """The nodes a table for ``request`` reads, and each one's position among them."""
+        models = () if reads_all(request, mode) else request.gpu_models
+        key = (pool, models)
+        if key not in self.read:
+            if not models:
+                chosen = nodes
+            else:
+                index = self.by_model.get(pool)
+                if index is None:
+                    index = self.by_model[pool] = _model_index(nodes)
+                at = sorted(set().union(*(index.get(m, ()) for m in models)))
+                chosen = [nodes[i] for i in at]
+            self.read[key] = (chosen, {ns.node.name: i for i, ns in enumerate(chosen)})
+        return self.read[key]
+
+
+def _model_index(nodes: list[NodeState]) -> dict[str, list[int]]:
+    """Per GPU model, the positions of the nodes with a card of it (a node's cards do not
+    change within a state)."""
+    index: dict[str, list[int]] = {}
+    for i, ns in enumerate(nodes):
+        for model in {g.gpu.model for g in ns.gpus}:
+            index.setdefault(model, []).append(i)
+    return index
+
+
+_KEPT: weakref.WeakKeyDictionary[ClusterState, _Kept] = weakref.WeakKeyDictionary()
 KEEP_NODE_PARTS = 200_000
-"""Tables kept per state, in nodes read (one part per node of the pool, ~150 bytes): the
-least recently asked table is dropped beyond. 165 tables of the 1,213-node Alibaba cluster,
-16 at ten times its size; each pool, GPU ask and set of models asked has a table of its own."""
+"""Tables kept per state, in nodes read (one part per node of the pool, or per node with a
+card of the models for a pinned ask; ~150 bytes): the least recently asked table is dropped
+beyond. 165 tables of the 1,213-node Alibaba cluster, 16 at ten times its size; each pool,
+GPU ask and set of models asked has a table of its own."""
 
 
 def why_nothing_fits(state: ClusterState, request: Request) -> str:
@@ -141,19 +178,22 @@ def why_nothing_fits(state: ClusterState, request: Request) -> str:
     nodes = state.by_pool.get(request.pool, [])
     if pool is None or not nodes:
         return f"pool {request.pool} has no nodes"
-    tables = _TABLES.get(state)
-    if tables is None:
-        tables = _TABLES[state] = OrderedDict()
+    kept = _KEPT.get(state)
+    if kept is None:
+        kept = _KEPT[state] = _Kept()
+    tables = kept.tables
     key = table_key(request, pool.mode)
     table = tables.get(key)
     if table is None:
-        table = tables[key] = WhyTable(state, nodes, request, pool.mode)
+        read, pos = kept.nodes_read(pool.name, nodes, request, pool.mode)
+        table = tables[key] = WhyTable(state, read, request, pool.mode, pos)
         while len(tables) > 1 and sum(len(t.nodes) for t in tables.values()) > KEEP_NODE_PARTS:
             tables.popitem(last=False)
     else:
         tables.move_to_end(key)
         table.refresh(state)
-    return say(table.facts(request), request, pool.name)
+    facts = table.facts(request, len(nodes), state.open_nodes(pool.name))
+    return say(facts, request, pool.name)
 
 
 # -- the figures from one pass over the pool (the reference) -----------------------------------

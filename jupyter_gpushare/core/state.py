@@ -107,6 +107,7 @@ class ClusterState:
         self.version = 0  # bumped on every change; placement indices key on it
         self._log: list[str] = []  # node changed by each version step, oldest first
         self._log_base = 0  # the version before self._log[0]
+        self._cordoned_in: dict[str, int] = defaultdict(int)  # pool -> cordoned nodes
         for grant in grants:
             self.apply(grant)
 
@@ -120,6 +121,10 @@ class ClusterState:
             if not ns.cordoned
             for g in ns.gpus
         )
+
+    def open_nodes(self, pool: str) -> int:
+        """How many nodes of ``pool`` are not cordoned."""
+        return len(self.by_pool.get(pool, ())) - self._cordoned_in.get(pool, 0)
 
     def pool_used_milli(self, pool: str) -> int:
         return sum(v for (_, p), v in self.usage.items() if p == pool)
@@ -182,7 +187,10 @@ class ClusterState:
 
     def cordon(self, node: str, cordoned: bool = True) -> None:
         """Stop (or resume) placing new grants on ``node``; live grants stay."""
-        self.nodes[node].cordoned = cordoned
+        ns = self.nodes[node]
+        if ns.cordoned != cordoned:
+            self._cordoned_in[ns.node.pool] += 1 if cordoned else -1
+        ns.cordoned = cordoned
         self._changed(node)
 
     LOG_LIMIT = 8192

@@ -26,6 +26,12 @@ def table_key(request: Request, mode: SharingMode) -> tuple:
     return (request.pool, request.gpu, request.gpu_models, _path(request.gpu, mode))
 
 
+def reads_all(request: Request, mode: SharingMode) -> bool:
+    """Whether the table for ``request`` reads every node of the pool, or only those with a
+    card of the models it is pinned to (the others' part adds only to the open nodes)."""
+    return not request.gpu_models or _path(request.gpu, mode) == NO_GPU
+
+
 def _path(ask: GPUAsk, mode: SharingMode) -> str:
     if ask.is_empty:
         return NO_GPU
@@ -114,26 +120,39 @@ def _part(ns: NodeState, request: Request, path: str) -> _Part:
 
 
 _FAR = -(1 << 62)
+_SUMS = {WHOLE: 6, FRACTION: 8, NO_GPU: 2}  # figures summed per path (see _Part)
+_TOPS = {WHOLE: 1, FRACTION: 3, NO_GPU: 0}  # figures per path whose largest is kept
 
 
 class WhyTable:
     """The figures for one pool and GPU ask (:func:`table_key`), as of ``version``."""
 
     def __init__(
-        self, state: ClusterState, nodes: list[NodeState], request: Request, mode: SharingMode
+        self,
+        state: ClusterState,
+        nodes: list[NodeState],
+        request: Request,
+        mode: SharingMode,
+        pos: dict[str, int] | None = None,
     ) -> None:
+        """``nodes``: those of the pool the table reads, in the pool's order: all of them, or,
+        for an ask pinned to models, only those with a card of one (:func:`reads_all`): the
+        others' part is that of a node without the models, which adds only to the open
+        nodes, and those the state counts (``state.open_nodes``). ``pos``: each one's
+        position in ``nodes``, if the caller keeps it already."""
         self.nodes = nodes
         self.path = _path(request.gpu, mode)
         self.request = request  # its GPU ask and models (the table's key) are what is read
-        self.pos = {ns.node.name: i for i, ns in enumerate(nodes)}
+        self.pos = pos if pos is not None else {ns.node.name: i for i, ns in enumerate(nodes)}
         self._read_all(state)
 
     def _read_all(self, state: ClusterState) -> None:
         self.version = state.version
         self.parts = [_part(ns, self.request, self.path) for ns in self.nodes]
         self.stamps = [0] * len(self.nodes)
-        self.sums = [sum(column) for column in zip(*(p[0] for p in self.parts), strict=True)]
-        self.heaps = [self._heap(k) for k in range(len(self.parts[0][1]) if self.parts else 0)]
+        columns = zip(*(p[0] for p in self.parts), strict=True)
+        self.sums = [sum(column) for column in columns] or [0] * _SUMS[self.path]
+        self.heaps = [self._heap(k) for k in range(_TOPS[self.path])]
         hosts = [(i, p) for i, p in enumerate(self.parts) if p[2]]
         self.by_cpu = sorted([(p[3], -i) for i, p in hosts])
         self.by_mem = sorted([(p[4], -i) for i, p in hosts])
@@ -212,8 +231,9 @@ class WhyTable:
             mem_most=None if mem is None else (mem[0], self.nodes[mem[1]].node.name),
         )
 
-    def facts(self, request: Request) -> PoolFacts:
-        """The figures for ``request`` (of this table's pool and GPU ask; any CPU and RAM)."""
+    def facts(self, request: Request, pool_nodes: int, pool_open: int) -> PoolFacts:
+        """The figures for ``request`` (of this table's pool and GPU ask; any CPU and RAM),
+        in a pool of ``pool_nodes`` nodes, ``pool_open`` of them not cordoned."""
         s = self.sums
         detail: WholeFacts | FractionFacts | Hosts
         if self.path == WHOLE:
@@ -242,4 +262,4 @@ class WhyTable:
             )
         else:
             detail = self._hosts(request, s[0], s[0])
-        return PoolFacts(nodes=len(self.nodes), open=s[0], model_cards=s[1], detail=detail)
+        return PoolFacts(nodes=pool_nodes, open=pool_open, model_cards=s[1], detail=detail)
