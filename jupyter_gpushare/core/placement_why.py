@@ -165,11 +165,14 @@ def _model_index(nodes: list[NodeState]) -> dict[str, list[int]]:
 
 
 _KEPT: weakref.WeakKeyDictionary[ClusterState, _Kept] = weakref.WeakKeyDictionary()
-KEEP_NODE_PARTS = 200_000
+KEEP_NODE_PARTS = 300_000
 """Tables kept per state, in nodes read (one part per node of the pool, or per node with a
-card of the models for a pinned ask; ~150 bytes): the least recently asked table is dropped
-beyond. 165 tables of the 1,213-node Alibaba cluster, 16 at ten times its size; each pool,
-GPU ask and set of models asked has a table of its own."""
+card of the models for a pinned ask): the least recently asked table is dropped beyond.
+A part and its heap entries take 340-400 bytes (fraction tables, measured with
+``tracemalloc``; whole-GPU ones less), so at most ~120 MB: 247 tables of the 1,213-node
+Alibaba cluster, 24 at ten times its size (cpu-heavy asks 23 fractions there; at 200,000
+parts its tables were dropped and made again 160 times in one run). Each pool, GPU ask and
+set of models asked has a table of its own."""
 
 
 def why_nothing_fits(state: ClusterState, request: Request) -> str:

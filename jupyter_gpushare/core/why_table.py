@@ -40,23 +40,28 @@ def _path(ask: GPUAsk, mode: SharingMode) -> str:
     return FRACTION
 
 
-_Part = tuple  # (sums, tops, host, free_cpu, free_mem): see _part
-"""One node's part: ``sums`` by path, common (open, model cards) then whole: total, free,
-roomy, roomy open; fraction: cards, open cards, roomy cards, free MiB, both, hosts; no GPU:
-nothing more. ``tops``: (value, detail) or None per figure whose largest is wanted (whole:
-idle; fraction: -need, free MiB, free compute). ``host``: open, and its GPUs could take the
-ask. A plain tuple: a table makes one per node of the pool."""
+_Part = tuple  # (host, free_cpu, free_mem, *sums, *tops): see _part
+"""One node's part, flat (a table keeps one per node it reads): ``host``: open, and its GPUs
+could take the ask; ``free_cpu``, ``free_mem``: read only for a host (0 otherwise); then
+``_SUMS[path]`` figures summed over the nodes, common (open, model cards) then whole: total,
+free, roomy, roomy open; fraction: cards, open cards, roomy cards, free MiB, both, hosts; no
+GPU: nothing more; then ``_TOPS[path]`` pairs (value, detail), or (None, 0), of the figures
+whose largest is wanted (whole: idle; fraction: -need, free MiB (detail: the GPU index),
+free compute)."""
 
-_CLOSED_FRACTION = ((0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0)
+_SUMS = {WHOLE: 6, FRACTION: 8, NO_GPU: 2}
+_TOPS = {WHOLE: 1, FRACTION: 3, NO_GPU: 0}
+_SUM0 = 3  # where the sums begin in a part
+
 # path -> open or not -> the part of a node without a card of the models asked
 _NONE_OF_THE_MODELS: dict[str, dict[bool, _Part]] = {
     WHOLE: {
-        True: ((1, 0, 0, 0, 0, 0), (None,), False, 0, 0),
-        False: ((0, 0, 0, 0, 0, 0), (None,), False, 0, 0),
+        True: (False, 0, 0, 1, 0, 0, 0, 0, 0, None, 0),
+        False: (False, 0, 0, 0, 0, 0, 0, 0, 0, None, 0),
     },
     FRACTION: {
-        True: ((1, 0, 0, 0, 0, 0, 0, 0), (None, None, None), False, 0, 0),
-        False: ((0, 0) + _CLOSED_FRACTION[0], _CLOSED_FRACTION[1], False, 0, 0),
+        True: (False, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, None, 0, None, 0, None, 0),
+        False: (False, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, 0, None, 0, None, 0),
     },
 }
 
@@ -66,26 +71,22 @@ def _part(ns: NodeState, request: Request, path: str) -> _Part:
     models = request.gpu_models
     mine = ns.gpus if not models else [g for g in ns.gpus if g.gpu.model in models]
     if path == NO_GPU:
-        return ((int(is_open), len(mine)), (), is_open, ns.free_cpu, ns.free_mem)
+        return (is_open, ns.free_cpu, ns.free_mem, int(is_open), len(mine))
     if not mine:  # none of the models asked (most nodes, for a pinned ask): one shared part
         return _NONE_OF_THE_MODELS[path][is_open]
+    cards = len(mine)
     if path == WHOLE:
         count = request.gpu.whole or 1
         idle = sum(g.holders == 0 for g in mine)
-        has_room = idle >= count
-        sums: tuple[int, ...]
-        if is_open:
-            sums = (1, len(mine), len(mine), idle, int(has_room), int(has_room))
-            top = (idle, 0) if idle > 0 else None
-        else:
-            sums = (0, len(mine), 0, 0, int(has_room), 0)
-            top = None
-        if has_room and is_open:
-            return (sums, (top,), True, ns.free_cpu, ns.free_mem)
-        return (sums, (top,), False, 0, 0)  # (a node that is no host: its CPU is not read)
+        has_room = int(idle >= count)
+        if not is_open:  # (a node that is no host: its CPU is not read)
+            return (False, 0, 0, 0, cards, 0, 0, has_room, 0, None, 0)
+        top = idle if idle > 0 else None
+        if has_room:
+            return (True, ns.free_cpu, ns.free_mem, 1, cards, cards, idle, 1, 1, top, 0)
+        return (False, 0, 0, 1, cards, cards, idle, 0, 0, top, 0)
     if not is_open:
-        closed = _CLOSED_FRACTION
-        return ((0, len(mine)) + closed[0], closed[1], False, 0, 0)
+        return (False, 0, 0, 0, cards, 0, 0, 0, 0, 0, 0, None, 0, None, 0, None, 0)
     ask = request.gpu
     compute = ask.compute_on()
     opens = roomy = free_sum = both = 0
@@ -106,22 +107,34 @@ def _part(ns: NodeState, request: Request, path: str) -> _Part:
             free_compute = UNIT - g.used_compute
             compute_most = max(compute_most, free_compute)
             both += compute <= free_compute
-    sums = (
-        1, len(mine), len(mine), opens, roomy, free_sum, both, int(both > 0)
+    host = both > 0
+    return (
+        host, ns.free_cpu if host else 0, ns.free_mem if host else 0,
+        1, cards, cards, opens, roomy, free_sum, both, int(host),
+        -need_min if opens else None, 0,
+        most_free if opens else None, most_index if opens else 0,
+        compute_most if roomy else None, 0,
     )
-    tops = (
-        (-need_min, 0) if opens else None,
-        (most_free, most_index) if opens else None,
-        (compute_most, 0) if roomy else None,
-    )
-    if both:
-        return (sums, tops, True, ns.free_cpu, ns.free_mem)
-    return (sums, tops, False, 0, 0)
 
 
-_FAR = -(1 << 62)
-_SUMS = {WHOLE: 6, FRACTION: 8, NO_GPU: 2}  # figures summed per path (see _Part)
-_TOPS = {WHOLE: 1, FRACTION: 3, NO_GPU: 0}  # figures per path whose largest is kept
+_SHIFT_POS, _SHIFT_VALUE = 28, 56
+_STAMP_MASK = (1 << _SHIFT_POS) - 1
+_POS_MASK = (1 << (_SHIFT_VALUE - _SHIFT_POS)) - 1
+"""A heap entry is one int: (-value) << 56 | position << 28 | stamp (its low 28 bits): the
+smallest is the largest value, the first node among equals; a stale one (its node's stamp
+has moved) is dropped when it comes to the top. A tuple per entry took twice the memory."""
+
+
+def _entry(value: int, i: int, stamp: int) -> int:
+    return (-value << _SHIFT_VALUE) | (i << _SHIFT_POS) | (stamp & _STAMP_MASK)
+
+
+def _host(free: int, i: int) -> int:
+    """A host in a list sorted by free CPU or RAM, one int: free << 28 | the position's
+    complement, so that among equals the first node sorts last (the one a bisection finds)."""
+    return (free << _SHIFT_POS) | (_POS_MASK - i)
+
+
 
 
 class WhyTable:
@@ -150,18 +163,20 @@ class WhyTable:
         self.version = state.version
         self.parts = [_part(ns, self.request, self.path) for ns in self.nodes]
         self.stamps = [0] * len(self.nodes)
-        columns = zip(*(p[0] for p in self.parts), strict=True)
-        self.sums = [sum(column) for column in columns] or [0] * _SUMS[self.path]
-        self.heaps = [self._heap(k) for k in range(_TOPS[self.path])]
-        hosts = [(i, p) for i, p in enumerate(self.parts) if p[2]]
-        self.by_cpu = sorted([(p[3], -i) for i, p in hosts])
-        self.by_mem = sorted([(p[4], -i) for i, p in hosts])
+        end = _SUM0 + _SUMS[self.path]
+        self.sums = [sum(p[k] for p in self.parts) for k in range(_SUM0, end)]
+        self.tops = [end + 2 * k for k in range(_TOPS[self.path])]  # where each top sits
+        self.heaps = [self._heap(at) for at in self.tops]
+        hosts = [(i, p) for i, p in enumerate(self.parts) if p[0]]
+        self.by_cpu = sorted([_host(p[1], i) for i, p in hosts])
+        self.by_mem = sorted([_host(p[2], i) for i, p in hosts])
 
-    def _heap(self, k: int) -> list[tuple[int, int, int, int]]:
+    def _heap(self, at: int) -> list[int]:
+        stamps = self.stamps
         heap = [
-            (-top[0], i, self.stamps[i], top[1])
+            _entry(value, i, stamps[i])
             for i, p in enumerate(self.parts)
-            if (top := p[1][k]) is not None
+            if (value := p[at]) is not None
         ]
         heapq.heapify(heap)
         return heap
@@ -184,42 +199,43 @@ class WhyTable:
         old = self.parts[i]
         if new == old:
             return
-        for k, (a, b) in enumerate(zip(old[0], new[0], strict=True)):
-            self.sums[k] += b - a
+        sums = self.sums
+        for k in range(len(sums)):
+            sums[k] += new[_SUM0 + k] - old[_SUM0 + k]
         self.parts[i] = new
         self.stamps[i] += 1
-        for k, heap in enumerate(self.heaps):
-            top = new[1][k]
-            if top is not None:
-                heapq.heappush(heap, (-top[0], i, self.stamps[i], top[1]))
+        for k, at in enumerate(self.tops):
+            heap = self.heaps[k]
+            value = new[at]
+            if value is not None:
+                heapq.heappush(heap, _entry(value, i, self.stamps[i]))
             if len(heap) > 2 * len(self.parts) + 64:
-                self.heaps[k] = self._heap(k)
-        for column, was, now in (
-            (self.by_cpu, old[3], new[3]), (self.by_mem, old[4], new[4])
-        ):
-            if old[2]:
-                del column[bisect.bisect_left(column, (was, -i))]
-            if new[2]:
-                bisect.insort(column, (now, -i))
+                self.heaps[k] = self._heap(at)
+        for column, was, now in ((self.by_cpu, old[1], new[1]), (self.by_mem, old[2], new[2])):
+            if old[0]:
+                del column[bisect.bisect_left(column, _host(was, i))]
+            if new[0]:
+                bisect.insort(column, _host(now, i))
 
     def _top(self, k: int) -> tuple[int, int, int] | None:
         """(value, node position, detail) of the largest of figure ``k``, first node first."""
-        heap = self.heaps[k]
+        heap, at = self.heaps[k], self.tops[k]
         while heap:
-            negative, i, stamp, detail = heap[0]
-            if stamp == self.stamps[i]:
-                return -negative, i, detail
+            i = (heap[0] >> _SHIFT_POS) & _POS_MASK
+            if heap[0] & _STAMP_MASK == self.stamps[i] & _STAMP_MASK:
+                part = self.parts[i]
+                return part[at], i, part[at + 1]
             heapq.heappop(heap)
         return None
 
     @staticmethod
-    def _most_below(column: list[tuple[int, int]], limit: int) -> tuple[int, int] | None:
+    def _most_below(column: list[int], limit: int) -> tuple[int, int] | None:
         """(free, node position) of the most free below ``limit``, the first such node."""
-        at = bisect.bisect_left(column, (limit, _FAR))
+        at = bisect.bisect_left(column, limit << _SHIFT_POS)
         if at == 0:
             return None
-        free, negative_pos = column[at - 1]
-        return free, -negative_pos
+        entry = column[at - 1]
+        return entry >> _SHIFT_POS, _POS_MASK - (entry & _POS_MASK)
 
     def _hosts(self, request: Request, count: int, open_count: int) -> Hosts:
         cpu = self._most_below(self.by_cpu, request.cpu_milli)
