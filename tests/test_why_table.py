@@ -196,3 +196,20 @@ def test_the_state_counts_the_open_nodes_of_each_pool() -> None:
     state.cordon(second, False)
     assert state.open_nodes("train") == 5
     assert state.open_nodes("nowhere") == 0
+
+
+def test_the_node_lists_kept_per_set_of_models_are_bounded() -> None:
+    """Requests name the models: each new set makes a node list, and those are bounded (the
+    same set in another order is the same list)."""
+    state = cluster(random.Random(5))
+    for i in range(300):
+        req = Request(f"r{i}", "u", "t", "train", GPUAsk(whole=1), "p", holder="h",
+                      gpu_models=(f"X{i}", "A100"))
+        assert why_nothing_fits(state, req) == why_by_scan(state, req)
+        assert len(placement_why._KEPT[state].read) <= 256
+    kept = placement_why._KEPT[state]
+    kept.read.clear()
+    for models in (("T4", "A100"), ("A100", "T4")):
+        req = Request("r", "u", "t", "train", GPUAsk(whole=8), "p", holder="h", gpu_models=models)
+        why_nothing_fits(state, req)
+    assert len(kept.read) == 1

@@ -139,9 +139,11 @@ class _Kept:
         self, pool: str, nodes: list[NodeState], request: Request, mode: SharingMode
     ) -> tuple[list[NodeState], dict[str, int]]:
         """The nodes a table for ``request`` reads, and each one's position among them."""
-        models = () if reads_all(request, mode) else request.gpu_models
+        models = () if reads_all(request, mode) else tuple(sorted(set(request.gpu_models)))
         key = (pool, models)
         if key not in self.read:
+            if len(self.read) >= _KEEP_NODE_SETS:  # (model sets are what requests name)
+                self.read.clear()
             if not models:
                 chosen = nodes
             else:
@@ -152,6 +154,10 @@ class _Kept:
                 chosen = [nodes[i] for i in at]
             self.read[key] = (chosen, {ns.node.name: i for i, ns in enumerate(chosen)})
         return self.read[key]
+
+
+_KEEP_NODE_SETS = 256
+"""Node lists kept per state (one per pool and set of models asked), made again beyond."""
 
 
 def _model_index(nodes: list[NodeState]) -> dict[str, list[int]]:
