@@ -316,7 +316,17 @@ class Replay:
         self._carry_out(req, decision)
 
     def drain_queue(self, pool: str) -> None:
-        """The broker's ``_drain_by_shape``: the first request of each shape, in order."""
+        """The broker's ``drain_queue``: first the preempting requests whose victims are all
+        gone (``_ripe_preemptions``), then the first request of each shape, in order."""
+        ripe = [
+            rid
+            for rid, pend in self.pending.items()
+            if pend.request.pool == pool and not any(v in self.state.grants for v in pend.victims)
+        ]
+        for rid in sorted(ripe, key=lambda r: self.pending[r].request.created_at):
+            if rid in self.pending:
+                self.deadlines.pop(rid, None)
+                self.retry(rid)
         queue = self.queue
         while True:
             capped: set[tuple[str, int]] = set()

@@ -382,7 +382,7 @@ def drain_queue(b: BrokerParts, pool: str | None = None) -> list[tuple[str, str]
     any change the heads are taken again. A release costs one decision per distinct
     shape waiting in the pool (plus one per request it lets through), not a pass over
     the queue."""
-    changed: list[tuple[str, str]] = []
+    changed = _ripe_preemptions(b, pool)
     if not b.queue:
         return changed
     for name in [pool] if pool is not None else b.queue.pools():
@@ -390,6 +390,27 @@ def drain_queue(b: BrokerParts, pool: str | None = None) -> list[tuple[str, str]
             _drain_by_shape(b, name, changed)
         else:
             _drain_every(b, name, changed)
+    return changed
+
+
+def _ripe_preemptions(b: BrokerParts, pool: str | None) -> list[tuple[str, str]]:
+    """Decide again, before the queue, on each preempting request of ``pool`` whose victims
+    are all gone: the capacity was freed for it. (A release schedules that retry for later,
+    ``retry_soon``; a drain right after the release would otherwise hand the freed GPUs to
+    a queued request, even one of the same team that came later, and the request the
+    preemption was for would wait for the next release.)"""
+    ripe = [
+        rid
+        for rid, pend in b.pending.items()
+        if (pool is None or pend.request.pool == pool)
+        and not any(v in b.state.grants for v in pend.victims)
+    ]
+    changed = []
+    for rid in sorted(ripe, key=lambda r: b.pending[r].request.created_at):
+        if rid in b.pending:
+            status = retry(b, rid)
+            if status is not None:
+                changed.append((rid, status))
     return changed
 
 
