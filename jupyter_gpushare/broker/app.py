@@ -397,8 +397,6 @@ class BrokerApp(Application):
             if mode == "thread" and self.gil_switch_interval_ms > 0:
                 self._switch_interval_before = sys.getswitchinterval()
                 sys.setswitchinterval(self.gil_switch_interval_ms / 1000)
-        await self.jobs.start()
-        clock.mark("jobs")
         if self.policy_file and self.policy is None and not self.policy_factory:
             self.reloader = PolicyReloader(
                 self.broker, self.policy_file, self.metrics.registry, parent=self
@@ -417,6 +415,13 @@ class BrokerApp(Application):
                       self.base_url, clock.text())
         self.lifetime.write_pid_file()
         tell_supervisor_ready(self.sockets)
+        # the jobs' runs are asked after the broker serves: a backend's poll per unfinished
+        # job (a Slurm listing, the attempt's files) took 30-90 ms of a takeover in the soak,
+        # and admissions do not wait for it; a job submitted meanwhile waits for the loop
+        jobs = StartClock()
+        await self.jobs.start()
+        jobs.mark("jobs")
+        self.log.info("jobs recovered after the start (%s)", jobs.text())
         self._tasks: set[asyncio.Task[Any]] = set()
         self.retention = RequestRetention(self.broker)  # old request rows (broker/ops/retention.py)
         self._tasks.add(asyncio.ensure_future(self.retention.run()))
