@@ -31,8 +31,10 @@ def test_ports_are_below_the_ephemeral_range_and_free(own_claims: Path) -> None:
 
 def test_a_claimed_port_is_never_handed_out_again(own_claims: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    # a range of 40 ports drawn 40 times: every port exactly once, then none is left
-    high = ports.ephemeral_low() - 1
+    # a range of 40 ports drawn 40 times: every port exactly once, then none is left; below
+    # the range the suite draws from (at the top of it, another worker's server held one of
+    # the 40 now and then: "no free port" before the 40th draw)
+    high = ports.LOWEST - 1
     monkeypatch.setattr(ports, "port_range", lambda: (high - 39, high))
     got = [ports.free_port() for _ in range(40)]
     assert len(set(got)) == 40 and set(got) == set(range(high - 39, high + 1))
@@ -43,7 +45,7 @@ def test_a_claimed_port_is_never_handed_out_again(own_claims: Path,
 def test_another_process_does_not_get_a_port_this_one_claimed(own_claims: Path,
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
-    high = ports.ephemeral_low() - 1
+    high = ports.LOWEST - 1  # (below what the suite draws from: as above)
     monkeypatch.setattr(ports, "port_range", lambda: (high - 19, high))
     mine = {ports.free_port() for _ in range(10)}
     code = ("import sys, tempfile; sys.path.insert(0, sys.argv[1]); import ports; "

@@ -184,6 +184,9 @@ def test_a_killed_kernels_request_is_deleted_by_the_server(lab: Lab) -> None:
         wait_for("use shown", lambda: own_use(lab, kernel.id)[0], lambda m: m == 3072.0)
         os.kill(pid, signal.SIGKILL)
         wait_for("request deleted", request_file(lab, pid).exists, lambda e: not e)
+        # the restarted kernel binds the same ports: wait for its IOPub, as above (CI once
+        # waited out the 60 s of the next cell here)
+        kernel.client.wait_for_ready(timeout=120)
         assert kernel.pid() != pid
         wait_for("restarted kernel uses nothing", lambda: own_use(lab, kernel.id)[0],
                  lambda m: m == 0.0)
