@@ -132,7 +132,7 @@ c.JupyterHub.log_level = "WARN"
                 page.fill('input[name="username"]', "ada")
                 page.fill('input[name="password"]', "any")
                 page.click("#login_submit")
-                page.wait_for_url("**/hub/**")
+                page.wait_for_url(lambda url: "/hub/login" not in url)
                 page.goto(hub.url + "/services/gpushare/admin/")  # OAuth once
                 page.wait_for_selector("#gpushare-admin[data-loaded]", timeout=60000)
 

@@ -112,7 +112,7 @@ def login(chrome: Any, hub: Hub, user: str, path: str = "lab", state: Any = None
         page.fill("#username_input", user)
         page.fill("#password_input", "any")
         page.click("#login_submit")
-        page.wait_for_url(re.compile(r".*/(user|hub)/.*"), timeout=60000)
+        page.wait_for_url(lambda url: "/hub/login" not in url, timeout=60000)
     page.goto(f"{hub.url}/user/{user}/{path}")
     page.wait_for_selector("#jp-main-dock-panel", timeout=90000)
     page.wait_for_selector(".jp-gpushare-status", timeout=60000)

@@ -89,7 +89,7 @@ def login(page: Any, hub: Any, user: str) -> None:
     page.fill('input[name="username"]', user)
     page.fill('input[name="password"]', "any")
     page.click("#login_submit")
-    page.wait_for_url(re.compile(r".*/(hub|user)/.*"))
+    page.wait_for_url(lambda url: "/hub/login" not in url)
 
 
 def granted_gpu_hours(hub: Any, team: str, pool: str, until: float) -> float:
