@@ -408,36 +408,24 @@ def _demand(rid: str, team: str, at: float, work: float, whole: int = 1,
     return Demand(rid, (req,), work)
 
 
-def test_a_hold_that_ends_at_its_preemption_deadline_is_the_preemption() -> None:
+@pytest.mark.parametrize("hold_end", [130.0, 120.0], ids=["at-the-deadline", "before-it"])
+def test_the_gpus_a_preemption_frees_go_to_the_request_it_was_for(hold_end: float) -> None:
     """b borrows the node; a claims its guarantee at t=100 (deadline 100 + 30 s grace) and a
-    smaller job of a queues at 105. b's recorded hold ends at 130 exactly (it *was*
-    preempted): the replay stops it at the deadline, so the preempting request gets the
-    GPUs first (as it does when the holder leaves earlier: the next test)."""
+    smaller job of a queues at 105. b's recorded hold ends at the deadline (130: it *was*
+    preempted, and the replay stops it there) or before it (120: the holder's release drains
+    the queue, and the broker, ``lifecycle._ripe_preemptions``, first decides again on the
+    request the preemption was for). Either way a1 gets the GPUs when b's hold ends, and the
+    smaller a0, which came later, waits for a1 (before the fix, a hold that ended at 120 gave
+    a0 one GPU at 120 and a1 waited)."""
     demands = [
-        _demand("b1", "b", 0.0, 130.0, whole=4),
+        _demand("b1", "b", 0.0, hold_end, whole=4),
         _demand("a1", "a", 100.0, 50.0, whole=4, priority="training", kind=Kind.BATCH),
         _demand("a0", "a", 105.0, 10.0, whole=1, priority="training", kind=Kind.BATCH),
     ]
     result = replay(_tiny(), demands)
     ends = {g.request_id: (g.end, g.granted_at) for g in result.grants}
-    assert ends == {"b1": ("preempted", 0.0), "a1": ("released", 130.0),
-                    "a0": ("released", 180.0)}
-
-
-def test_a_holder_leaving_before_the_deadline_hands_its_gpus_to_the_preemptor() -> None:
-    """As above, but b's hold ends at 120, before the deadline: the holder's release drains
-    the queue, and the broker (``lifecycle._ripe_preemptions``) first decides again on the
-    request the preemption was for, so a1 gets the GPUs at 120 and the smaller a0, which
-    came later, waits for a1 (before, the drain gave a0 one GPU at 120 and a1 waited)."""
-    demands = [
-        _demand("b1", "b", 0.0, 120.0, whole=4),
-        _demand("a1", "a", 100.0, 50.0, whole=4, priority="training", kind=Kind.BATCH),
-        _demand("a0", "a", 105.0, 10.0, whole=1, priority="training", kind=Kind.BATCH),
-    ]
-    result = replay(_tiny(), demands)
-    ends = {g.request_id: (g.end, g.granted_at) for g in result.grants}
-    assert ends == {"b1": ("preempted", 0.0), "a1": ("released", 120.0),
-                    "a0": ("released", 170.0)}
+    assert ends == {"b1": ("preempted", 0.0), "a1": ("released", hold_end),
+                    "a0": ("released", hold_end + 50.0)}
 
 
 def test_simultaneous_arrivals_are_taken_in_request_id_order() -> None:
