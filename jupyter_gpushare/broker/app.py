@@ -38,15 +38,15 @@ from .api.handlers import routes
 from .api.pages import page_routes
 from .hubclient import HubClient
 from .jobs.runner import JobManager, JobsBatchBackend
+from .ops.background import Background
 from .ops.carry import Carry
 from .ops.culler import GPUCuller
-from .ops.gcpace import CollectorPacer, load_frozen
+from .ops.gcpace import load_frozen
 from .ops.handoff import listen, tell_supervisor_ready
 from .ops.lifetime import Lifetime
 from .ops.metrics import BrokerMetrics
-from .ops.reconcile import HolderChecker, HubHolderChecker, reconcile_loop
+from .ops.reconcile import HolderChecker, HubHolderChecker
 from .ops.reload import PolicyReloader
-from .ops.retention import RequestRetention
 from .ops.standby import AheadBuild, StartClock
 from .service.broker import Broker
 from .service.heartbeats import HeartbeatBounds
@@ -422,25 +422,15 @@ class BrokerApp(Application):
         await self.jobs.start()
         jobs.mark("jobs")
         self.log.info("jobs recovered after the start (%s)", jobs.text())
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self.retention = RequestRetention(self.broker)  # old request rows (broker/ops/retention.py)
-        self._tasks.add(asyncio.ensure_future(self.retention.run()))
-        self.culler.start()
-        self.gc_pacer = CollectorPacer(self.gc_pace_interval_s)
-        self.gc_pacer.start()
-        if self.ctx.reloader is not None:
-            self._tasks.add(asyncio.ensure_future(self.ctx.reloader.watch()))
-        if self.reconcile_on_start or self.reconcile_interval_s > 0:
-            task = asyncio.ensure_future(
-                reconcile_loop(
-                    self.broker,
-                    self.checker,
-                    self.reconcile_min_age_s,
-                    self.reconcile_interval_s,
-                    self.reconcile_on_start,
-                )
-            )
-            self._tasks.add(task)
+        self.background = Background(self.broker, self.culler, self.gc_pace_interval_s)
+        self.retention, self.gc_pacer = self.background.retention, self.background.pacer
+        self.background.start(
+            self.ctx.reloader,
+            self.checker,
+            self.reconcile_min_age_s,
+            self.reconcile_interval_s,
+            self.reconcile_on_start,
+        )
 
     # -- lifecycle next to the hub (see broker/ops/supervisor.py) --------------------------------
 
@@ -461,12 +451,8 @@ class BrokerApp(Application):
         if getattr(self, "server", None) is not None:
             self.server.stop()
         self.lifetime.remove_pid_file()
-        for task in getattr(self, "_tasks", ()):
-            task.cancel()
-        if getattr(self, "culler", None) is not None:
-            self.culler.stop()
-        if getattr(self, "gc_pacer", None) is not None:
-            self.gc_pacer.stop()
+        if getattr(self, "background", None) is not None:
+            self.background.stop()
         if getattr(self, "jobs", None) is not None:
             await self.jobs.stop()
         self.runner.close()
