@@ -396,3 +396,17 @@ def test_a_share_limited_by_memory_goes_only_where_its_memory_fits() -> None:
     assert place_on_node(state.nodes["n0"], too_big) is None
     state.apply(grant_for(2, needs_memory, placement))
     recount(state, quotas=False)
+
+
+def test_a_node_with_no_cpu_and_no_gpu_left_still_hosts_an_ask_of_neither() -> None:
+    """The index keeps a full node that an ask of no GPU and 0 CPU still fits (its memory is
+    free): ``place`` agrees with ``place_on_node`` (the property test above found it rarely)."""
+    for first_cpu in (4000, 8000):  # 8000: all the node's CPU taken
+        state = make_state([(2, "T4", 8000, 262144)], 0.2)
+        whole = make_request(0, "whole", 2, first_cpu, 0, ())
+        state.apply(grant_for(0, whole, place(state, whole)))
+        for models in ((), ("T4",)):
+            host_only = make_request(1, "cpu", 0, 0, 1024, models)
+            (node,) = state.nodes.values()
+            assert place_on_node(node, host_only) is not None
+            assert place(state, host_only) is not None

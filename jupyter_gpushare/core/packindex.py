@@ -250,7 +250,7 @@ class PoolIndex(ShortLists):
             if not view.in_heap:
                 heapq.heappush(self.kind_heaps.setdefault(view.kind, []), view.pos)
                 view.in_heap = True
-        elif (ns.free_cpu > 0 or view.total) and not ns.cordoned:
+        elif not ns.cordoned:  # a full node still hosts an ask of no GPU and no CPU
             self.rows.file(view)
         self.rows.set_cpu(view.pos, ns.free_cpu)
 
