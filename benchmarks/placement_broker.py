@@ -20,11 +20,18 @@ the broker's service instead, in a process of their own per run:
   gets (``gpushare_decision_cpu_seconds``): the core's decision, placement included, in the
   thread's CPU time, a collection begun inside included.
 
-The baseline arm, in the same invocation right before, is the same run with CPython's own
-collector schedule and nothing frozen (``--pace 0``, as a harness). Per run it prints the
-decisions, p50 / p99 / the largest after the first 100 and how many of those were over
-10 ms, the collections begun inside a decision (and the longest), the pacer's steps and its
-longest step (the pacer runs between requests, not inside one). It asserts nothing.
+* in the third arm, the refusal tables made ahead (``BrokerApp.why_warm_interval_s`` and
+  ``why_warm_nodes``, ``broker/ops/whywarm.py``): ``placement_why.warm`` every ``--warm``
+  seconds between two requests (ten times that after a step with nothing to do), at most
+  ``--warm-nodes`` nodes read per step.
+
+The baseline arms, in the same invocation right before, are the same run with CPython's own
+collector schedule and nothing frozen (``--pace 0``, as a harness), and the broker's
+collector regime without the tables made ahead (``--warm 0``, the broker before them). Per
+run it prints the decisions, p50 / p99 / the largest after the first 100 and how many of
+those were over 10 ms, the collections begun inside a decision (and the longest), the
+pacer's steps and its longest step (the pacer runs between requests, not inside one), and
+the warm steps that read something, the longest and their CPU in all. It asserts nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +51,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 
-def run(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
+def run(
+    trace: str, seed: int, scale: int, pace: float, warm: float = 0.0, warm_nodes: int = 250
+) -> dict[str, Any]:
     """One run in this process (a fresh one: see ``main``)."""
     sys.path[:0] = [str(HERE)]
     import packing_gpushare as pg
@@ -56,6 +65,7 @@ def run(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
     from jupyter_gpushare.broker.service.effects import NoObserver
     from jupyter_gpushare.broker.store.db import make_engine
     from jupyter_gpushare.core.model import Kind, PoolQuota, Team
+    from jupyter_gpushare.core.placement_why import warm as warm_step
 
     nodes, trace_pods = load(trace, scale)
     capacity = sim.gpu_capacity_milli(nodes)
@@ -111,6 +121,8 @@ def run(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
         gc.callbacks.append(on_gc)
         arrived = granted = 0
         next_step = time.monotonic() + pace
+        next_warm = time.monotonic() + warm
+        warm_steps, warm_cpu, warm_longest, warm_read = 0, 0.0, 0.0, 0
         t0, c0 = time.perf_counter(), time.process_time()
         for i, pod in enumerate(pods):
             if arrived >= capacity:
@@ -124,6 +136,14 @@ def run(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
             if pace > 0 and time.monotonic() >= next_step:
                 pacer.step()
                 next_step = time.monotonic() + pace
+            if warm > 0 and time.monotonic() >= next_warm:  # as broker/ops/whywarm.py
+                w0 = time.thread_time()
+                read = warm_step(broker.state, warm_nodes)
+                took = time.thread_time() - w0
+                if read:
+                    warm_steps, warm_read = warm_steps + 1, warm_read + read
+                    warm_cpu, warm_longest = warm_cpu + took, max(warm_longest, took)
+                next_warm = time.monotonic() + (warm if read else warm * 10)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         gc.callbacks.remove(on_gc)
         broker.close()
@@ -148,14 +168,22 @@ def run(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
         "gc_inside_max_ms": max((d for _, d in inside), default=0.0),
         "pacer_steps": pacer.steps,
         "pacer_longest_ms": pacer.longest_s * 1000.0,
+        "warm_steps": warm_steps,
+        "warm_nodes_read": warm_read,
+        "warm_cpu_s": warm_cpu,
+        "warm_longest_ms": warm_longest * 1000.0,
         "wall_s": wall,
         "cpu_s": cpu,
+        "decision_cpu_s": sum(times) / 1000.0,
     }
 
 
-def spawn(trace: str, seed: int, scale: int, pace: float) -> dict[str, Any]:
+def spawn(
+    trace: str, seed: int, scale: int, pace: float, warm: float, warm_nodes: int
+) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", trace, str(seed), str(scale), str(pace)],
+        [sys.executable, __file__, "--child", trace, str(seed), str(scale), str(pace),
+         str(warm), str(warm_nodes)],
         check=True, capture_output=True, text=True, cwd=REPO,
     )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -167,28 +195,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="42")
     ap.add_argument("--scale", type=int, default=1)
     ap.add_argument("--pace", type=float, default=0.1, help="the pacer's interval (s)")
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--warm", type=float, default=0.005,
+        help="the refusal tables' warmer interval (s) in the third arm (BrokerApp."
+        "why_warm_interval_s); 0: two arms only",
+    )
+    ap.add_argument(
+        "--warm-nodes", type=int, default=250, help="nodes read per warm step (why_warm_nodes)"
+    )
+    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        trace, seed, scale, pace = args.child
-        print(json.dumps(run(trace, int(seed), int(scale), float(pace))))
+        trace, seed, scale, pace, warm, warm_nodes = args.child
+        print(json.dumps(run(
+            trace, int(seed), int(scale), float(pace), float(warm), int(warm_nodes)
+        )))
         return 0
     head = (
         f"{'trace':<18}{'seed':>5} {'regime':<16}{'decisions':>10}{'p50 ms':>8}{'p99 ms':>8}"
         f"{'max>100':>9}{'>10ms':>7}{'gc in':>7}{'full':>6}{'gc max':>8}{'steps':>7}"
-        f"{'step max':>9}{'cpu s':>7}"
+        f"{'step max':>9}{'cpu s':>7}{'warm':>7}{'warm max':>9}{'warm s':>7}"
     )
     print(f"scale {args.scale}, pacer every {args.pace} s; CPU ms per decision (thread time)")
     print(head)
     for trace in args.traces.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            for label, pace in (("CPython's own", 0.0), ("the broker's", args.pace)):
-                r = spawn(trace, seed, args.scale, pace)
+            arms = [("CPython's own", 0.0, 0.0), ("the broker's", args.pace, 0.0)]
+            if args.warm > 0:
+                arms.append(("broker's + warm", args.pace, args.warm))
+            for label, pace, warm in arms:
+                r = spawn(trace, seed, args.scale, pace, warm, args.warm_nodes)
                 print(
                     f"{trace:<18}{seed:>5} {label:<16}{r['decisions']:>10,}{r['p50']:>8.3f}"
                     f"{r['p99']:>8.3f}{r['max_after_100']:>9.2f}{r['over_10ms_after_100']:>7}"
                     f"{r['gc_inside']:>7}{r['gc_inside_full']:>6}{r['gc_inside_max_ms']:>8.1f}"
-                    f"{r['pacer_steps']:>7}{r['pacer_longest_ms']:>9.1f}{r['cpu_s']:>7.1f}",
+                    f"{r['pacer_steps']:>7}{r['pacer_longest_ms']:>9.1f}{r['cpu_s']:>7.1f}"
+                    f"{r['warm_steps']:>7}{r['warm_longest_ms']:>9.1f}{r['warm_cpu_s']:>7.1f}",
                     flush=True,
                 )
     return 0

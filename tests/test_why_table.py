@@ -75,6 +75,22 @@ def ask(rng: random.Random, n: int) -> Request:
     )
 
 
+def change(state: ClusterState, rng: random.Random, n: int) -> None:
+    """One random grant, release or cordon."""
+    roll = rng.random()
+    if roll < 0.55:
+        req = ask(rng, n)
+        placement = place(state, req)
+        if placement is not None:
+            state.apply(Grant(f"g{n}", req, placement, req.gpu.units_milli, False, 1,
+                              False, 0.0))
+    elif roll < 0.85 and state.grants:
+        state.release(rng.choice(sorted(state.grants)))
+    else:
+        name = rng.choice(sorted(state.nodes))
+        state.cordon(name, not state.nodes[name].cordoned)
+
+
 def history(seed: int, steps: int, log_limit: int | None = None) -> int:
     """Random grants, releases and cordons; after each, a few refusals' words compared.
     Returns how many were compared."""
@@ -84,18 +100,7 @@ def history(seed: int, steps: int, log_limit: int | None = None) -> int:
         state.LOG_LIMIT = log_limit  # type: ignore[misc] - a short log: tables read again whole
     compared = 0
     for n in range(steps):
-        roll = rng.random()
-        if roll < 0.55:
-            req = ask(rng, n)
-            placement = place(state, req)
-            if placement is not None:
-                state.apply(Grant(f"g{n}", req, placement, req.gpu.units_milli, False, 1,
-                                  False, 0.0))
-        elif roll < 0.85 and state.grants:
-            state.release(rng.choice(sorted(state.grants)))
-        else:
-            name = rng.choice(sorted(state.nodes))
-            state.cordon(name, not state.nodes[name].cordoned)
+        change(state, rng, n)
         for _ in range(3):
             req = ask(rng, n)
             assert why_nothing_fits(state, req) == why_by_scan(state, req), (seed, n, req)

@@ -26,7 +26,7 @@ from enum import Enum
 from .model import Grant, Kind, Placement, Pool, PoolQuota, PriorityClass, Request, SharingMode
 from .model import from_milli as units
 from .placement import place
-from .placement_why import why_nothing_fits
+from .placement_why import note_ask, why_nothing_fits
 from .preemption import plan_preemption
 from .state import ClusterState
 
@@ -173,6 +173,8 @@ def decide(
     team = policy.team(request.team)
     priority = policy.priority(request.priority)
     assert pool is not None and team is not None and priority is not None
+    if not facts.retry:
+        note_ask(state, request, pool.mode)
     quota = team.quota(pool.name)
     assert quota is not None
     limited = _limits(state, request, quota, facts)

@@ -17,8 +17,10 @@ The figures come from :class:`.why_table.WhyTable`, kept per pool and GPU ask an
 to date from the nodes changed since it was last asked: a refusal costs about what the
 changes since the last one cost, not a pass over the pool (a pass was ~5 ms on the 6,212 GPUs
 of the Alibaba cluster and ~35 ms at ten times that, on the broker's event loop, for every
-refusal late in a full cluster). :func:`why_by_scan` gives the same words from one pass
-over the pool: the reference the tables are tested against.
+refusal late in a full cluster). An ask's first refusal would make its table, that pass:
+:func:`warm` makes the tables ahead instead, a slice at a time between requests, for the
+asks seen in a pool near full. :func:`why_by_scan` gives the same words from one pass over
+the pool: the reference the tables are tested against.
 """
 
 from __future__ import annotations
@@ -127,11 +129,13 @@ def say(pool_facts: PoolFacts, request: Request, pool_name: str) -> str:
 
 
 class _Kept:
-    """What is kept for one state: the tables, least recently asked first, and per pool and
-    set of models the nodes with a card of one (in the pool's order) and their positions."""
+    """What is kept for one state: the tables, least recently asked first, per pool and
+    set of models the nodes with a card of one (in the pool's order) and their positions,
+    and the asks seen (:func:`note_ask`) with how often each was seen."""
 
     def __init__(self) -> None:
         self.tables: OrderedDict[tuple, WhyTable] = OrderedDict()
+        self.asks: dict[tuple, tuple[int, Request]] = {}  # table key -> (times seen, an ask)
         self.by_model: dict[str, dict[str, list[int]]] = {}  # pool -> model -> positions
         self.read: dict[tuple, tuple[list[NodeState], dict[str, int]]] = {}
 
@@ -181,28 +185,151 @@ parts its tables were dropped and made again 160 times in one run). Each pool, G
 set of models asked has a table of its own."""
 
 
+def _kept(state: ClusterState) -> _Kept:
+    kept = _KEPT.get(state)
+    if kept is None:
+        kept = _KEPT[state] = _Kept()
+    return kept
+
+
+def _parts_kept(kept: _Kept) -> int:
+    return sum(len(t.nodes) for t in kept.tables.values())
+
+
 def why_nothing_fits(state: ClusterState, request: Request) -> str:
     """The cause, in words, that no node of the request's pool can take it now."""
     pool = state.policy.pool(request.pool)
     nodes = state.by_pool.get(request.pool, [])
     if pool is None or not nodes:
         return f"pool {request.pool} has no nodes"
-    kept = _KEPT.get(state)
-    if kept is None:
-        kept = _KEPT[state] = _Kept()
+    kept = _kept(state)
     tables = kept.tables
     key = table_key(request, pool.mode)
     table = tables.get(key)
     if table is None:
         read, pos = kept.nodes_read(pool.name, nodes, request, pool.mode)
         table = tables[key] = WhyTable(state, read, request, pool.mode, pos)
-        while len(tables) > 1 and sum(len(t.nodes) for t in tables.values()) > KEEP_NODE_PARTS:
+        while len(tables) > 1 and _parts_kept(kept) > KEEP_NODE_PARTS:
             tables.popitem(last=False)
     else:
         tables.move_to_end(key)
         table.refresh(state)
     facts = table.facts(request, len(nodes), state.open_nodes(pool.name))
     return say(facts, request, pool.name)
+
+
+# -- the tables made ahead of the refusals, between requests -----------------------------------
+
+WARM_AT = 0.6
+"""A pool is near refusing once this share of its GPU units, CPU or RAM is held
+(``ClusterState.pool_load``): from then on :func:`warm` makes and keeps up the tables of
+the asks seen in it (``BrokerApp.why_warm_at``). Measured at ten times the Alibaba cluster
+(``benchmarks/placement_broker.py --scale 10``): the default trace's first refusal came at
+96 % of its GPU units held, 30,000 decisions after 60 %; cpu-heavy's at 88 % of its CPU,
+20,000 after 60 %; every ask's first refusal came within a few thousand decisions of the
+pool's first. Making the tables of 17-28 asks there reads 200,000-340,000 nodes."""
+
+KEEP_ASKS = 64
+"""Asks remembered per state (one per table key); a new one beyond drops the least seen."""
+
+
+def note_ask(state: ClusterState, request: Request, mode: SharingMode) -> None:
+    """Remember that ``request``'s ask was seen (admission calls this once per new request):
+    :func:`warm` makes tables for the asks seen, never for a shape it was not asked."""
+    asks = _kept(state).asks
+    key = table_key(request, mode)
+    seen = asks.get(key)
+    if seen is not None:
+        asks[key] = (seen[0] + 1, seen[1])
+        return
+    if len(asks) >= KEEP_ASKS:
+        del asks[min(asks, key=lambda k: asks[k][0])]
+    asks[key] = (1, request)
+
+
+def warm(state: ClusterState, budget: int, at: float | None = None) -> int:
+    """One slice of work between requests on the tables of the asks seen in the pools near
+    refusing (``at``, by default :data:`WARM_AT`), so that an ask's first refusal finds its
+    table made and reads only the nodes changed since (a table made at the refusal reads the
+    whole pool: 15-60 ms at ten times the Alibaba cluster).
+
+    First the tables made with :data:`KEEP_PENDING` nodes or more changed since are brought
+    up to date, at most ``KEEP_UP * budget`` nodes read (every table notes the nodes
+    changed, so that none falls behind the state's change log); then at most ``budget``
+    nodes are read into the tables being made, one table at a time, in the order of
+    :func:`_first_made`. A new table is made only while the tables kept stay
+    within :data:`KEEP_NODE_PARTS` (none is dropped for one). Returns the nodes read (0:
+    nothing to do)."""
+    kept = _KEPT.get(state)
+    if kept is None or not kept.asks:
+        return 0
+    limit = WARM_AT if at is None else at
+    near: dict[str, bool] = {}
+    tables: list[WhyTable] = []
+    for key, (_, request) in sorted(kept.asks.items(), key=_first_made):
+        pool_name = key[0]
+        if pool_name not in near:
+            near[pool_name] = state.pool_load(pool_name) >= limit
+        if not near[pool_name]:
+            continue
+        table = kept.tables.get(key)
+        if table is None:
+            table = _new_table(state, kept, key, request)
+        if table is not None:
+            tables.append(table)
+    used = 0
+    for table in tables:
+        table.gather(state)  # (cheap: the names changed since; keeps it within the log)
+    behind = [t for t in tables if not t.building and len(t.pending) >= KEEP_PENDING]
+    for table in sorted(behind, key=lambda t: -len(t.pending)):
+        if used >= KEEP_UP * budget:
+            break
+        used += table.step(state, KEEP_UP * budget - used)
+    made = 0
+    for table in tables:
+        if made >= budget:
+            break
+        if table.building:
+            made += table.step(state, budget - made)
+    return used + made
+
+
+KEEP_PENDING = 256
+"""A table made is brought up to date once this many of its nodes changed since (a refusal
+reads at most about that many again). Waiting for them pays: at ten times the Alibaba
+cluster, 1,000 consecutive changes touched only 200 (default trace) to 360 (cpu-heavy)
+distinct nodes, since placement packs onto the same nodes."""
+
+KEEP_UP = 1
+"""How many times its budget for new tables a slice of :func:`warm` may read to bring the
+tables made up to date (a node read again into a table made costs about three times one
+read into a table being made: 10-15 us against 4-5 us at ten times the Alibaba cluster)."""
+
+
+def _first_made(item: tuple[tuple, tuple[int, Request]]) -> tuple[int, int, int]:
+    """The order tables are made in: an ask of no GPU first (its table reads no card: a
+    fraction of the others' cost), then the most GPU units asked (a larger ask is refused
+    sooner as the pool fills: at ten times the Alibaba cluster whole GPUs were refused first),
+    then the most seen."""
+    seen, request = item[1]
+    units = request.gpu.units_milli
+    return (units > 0, -units, -seen)
+
+
+def _new_table(
+    state: ClusterState, kept: _Kept, key: tuple, request: Request
+) -> WhyTable | None:
+    """A table for ``request`` with nothing read yet, kept, if it fits within the limit."""
+    pool = state.policy.pool(request.pool)
+    nodes = state.by_pool.get(request.pool, [])
+    if pool is None or not nodes:
+        return None
+    read, pos = kept.nodes_read(pool.name, nodes, request, pool.mode)
+    if _parts_kept(kept) + len(read) > KEEP_NODE_PARTS:
+        return None
+    table = kept.tables[key] = WhyTable(state, read, request, pool.mode, pos, read_now=False)
+    kept.tables.move_to_end(key, last=False)  # the first to go: nobody asked for it yet
+    return table
 
 
 # -- the figures from one pass over the pool (the reference) -----------------------------------

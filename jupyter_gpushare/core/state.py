@@ -108,6 +108,17 @@ class ClusterState:
         self._log: list[str] = []  # node changed by each version step, oldest first
         self._log_base = 0  # the version before self._log[0]
         self._cordoned_in: dict[str, int] = defaultdict(int)  # pool -> cordoned nodes
+        # per pool: (GPU units, CPU milli, RAM MiB) of all its nodes, and the CPU and RAM held
+        self._pool_size: dict[str, tuple[int, int, int]] = {
+            pool: (
+                sum(g.gpu.units_milli for ns in nodes for g in ns.gpus),
+                sum(ns.node.cpu_milli for ns in nodes),
+                sum(ns.node.memory_mib for ns in nodes),
+            )
+            for pool, nodes in self.by_pool.items()
+        }
+        self._pool_cpu: dict[str, int] = defaultdict(int)
+        self._pool_mem: dict[str, int] = defaultdict(int)
         for grant in grants:
             self.apply(grant)
 
@@ -129,6 +140,21 @@ class ClusterState:
     def pool_used_milli(self, pool: str) -> int:
         return sum(v for (_, p), v in self.usage.items() if p == pool)
 
+    def pool_load(self, pool: str) -> float:
+        """The largest share held of the pool's GPU units, CPU and RAM (0 to 1; cordoned
+        nodes count as the others): how near the pool is to refusing requests."""
+        gpu, cpu, mem = self._pool_size.get(pool, (0, 0, 0))
+        shares = [
+            used / size
+            for used, size in (
+                (self.pool_used_milli(pool), gpu),
+                (self._pool_cpu[pool], cpu),
+                (self._pool_mem[pool], mem),
+            )
+            if size > 0
+        ]
+        return max(shares, default=0.0)
+
     def check(self, grant: Grant) -> None:
         """Raise :class:`CapacityError` unless ``grant`` fits the current state."""
         if grant.id in self.grants:
@@ -144,6 +170,8 @@ class ClusterState:
         req = grant.request
         ns.free_cpu -= req.cpu_milli
         ns.free_mem -= req.memory_mib
+        self._pool_cpu[ns.node.pool] += req.cpu_milli
+        self._pool_mem[ns.node.pool] += req.memory_mib
         for sl in grant.placement.slices:
             gs = ns.by_uuid[sl.gpu_uuid]
             gs.holders += 1
@@ -169,6 +197,8 @@ class ClusterState:
         req = grant.request
         ns.free_cpu += req.cpu_milli
         ns.free_mem += req.memory_mib
+        self._pool_cpu[ns.node.pool] -= req.cpu_milli
+        self._pool_mem[ns.node.pool] -= req.memory_mib
         for sl in grant.placement.slices:
             gs = ns.by_uuid[sl.gpu_uuid]
             gs.holders -= 1

@@ -147,29 +147,74 @@ class WhyTable:
         request: Request,
         mode: SharingMode,
         pos: dict[str, int] | None = None,
+        *,
+        read_now: bool = True,
     ) -> None:
         """``nodes``: those of the pool the table reads, in the pool's order: all of them, or,
         for an ask pinned to models, only those with a card of one (:func:`reads_all`): the
         others' part is that of a node without the models, which adds only to the open
         nodes, and those the state counts (``state.open_nodes``). ``pos``: each one's
-        position in ``nodes``, if the caller keeps it already."""
+        position in ``nodes``, if the caller keeps it already. ``read_now=False``: read
+        nothing yet; :meth:`step` reads the nodes a slice at a time (made ahead of a
+        refusal, between requests: :func:`.placement_why.warm`)."""
         self.nodes = nodes
         self.path = _path(request.gpu, mode)
         self.request = request  # its GPU ask and models (the table's key) are what is read
         self.pos = pos if pos is not None else {ns.node.name: i for i, ns in enumerate(nodes)}
-        self._read_all(state)
+        self._begin(state)
+        if read_now:
+            self._read_some(len(nodes))
 
-    def _read_all(self, state: ClusterState) -> None:
+    def _begin(self, state: ClusterState) -> None:
+        """Start again from nothing, as of the state's version: every node is to be read."""
         self.version = state.version
-        self.parts = [_part(ns, self.request, self.path) for ns in self.nodes]
+        self.pending: set[str] = set()  # nodes changed since their part was made
+        self.parts: list[_Part] = []
         self.stamps = [0] * len(self.nodes)
         end = _SUM0 + _SUMS[self.path]
-        self.sums = [sum(p[k] for p in self.parts) for k in range(_SUM0, end)]
+        self.sums = [0] * _SUMS[self.path]
         self.tops = [end + 2 * k for k in range(_TOPS[self.path])]  # where each top sits
-        self.heaps = [self._heap(at) for at in self.tops]
-        hosts = [(i, p) for i, p in enumerate(self.parts) if p[0]]
-        self.by_cpu = sorted([_host(p[1], i) for i, p in hosts])
-        self.by_mem = sorted([_host(p[2], i) for i, p in hosts])
+        self.heaps: list[list[int]] = [[] for _ in self.tops]
+        self.by_cpu: list[int] = []
+        self.by_mem: list[int] = []
+
+    @property
+    def building(self) -> bool:
+        """Whether some nodes are not read yet (the figures are not to be read)."""
+        return len(self.parts) < len(self.nodes)
+
+    def backlog(self, state: ClusterState) -> int:
+        """About how many nodes are to be read to bring the table to the state's version."""
+        return (
+            len(self.nodes) - len(self.parts) + len(self.pending)
+            + min(state.version - self.version, len(self.nodes))
+        )
+
+    def _read_some(self, count: int) -> int:
+        """Read the next ``count`` nodes' parts into the sums, heaps and host columns; the
+        read of the last node orders the heaps and columns. Returns the nodes read."""
+        start = len(self.parts)
+        request, path = self.request, self.path
+        chunk = [_part(ns, request, path) for ns in self.nodes[start : start + count]]
+        self.parts.extend(chunk)
+        sums = self.sums
+        for k in range(len(sums)):
+            sums[k] += sum(p[_SUM0 + k] for p in chunk)
+        for heap, at in zip(self.heaps, self.tops, strict=True):
+            heap.extend(
+                _entry(value, i, 0)
+                for i, p in enumerate(chunk, start)
+                if (value := p[at]) is not None
+            )
+        hosts = [(i, p) for i, p in enumerate(chunk, start) if p[0]]
+        self.by_cpu.extend(_host(p[1], i) for i, p in hosts)
+        self.by_mem.extend(_host(p[2], i) for i, p in hosts)
+        if not self.building:
+            for heap in self.heaps:
+                heapq.heapify(heap)
+            self.by_cpu.sort()
+            self.by_mem.sort()
+        return len(chunk)
 
     def _heap(self, at: int) -> list[int]:
         stamps = self.stamps
@@ -181,19 +226,45 @@ class WhyTable:
         heapq.heapify(heap)
         return heap
 
-    def refresh(self, state: ClusterState) -> None:
-        """Bring the table to the state's version: the nodes changed since, or all."""
+    def gather(self, state: ClusterState) -> None:
+        """Note the nodes changed since the table's version as pending; if the state's log
+        no longer reaches that far, start again (every node to be read)."""
         if state.version == self.version:
             return
         changed = state.changed_since(self.version)
         if changed is None:
-            self._read_all(state)
+            self._begin(state)
             return
-        for name in changed:
-            i = self.pos.get(name)
-            if i is not None:
-                self._update(i, _part(self.nodes[i], self.request, self.path))
+        pos = self.pos
+        self.pending.update(name for name in changed if name in pos)
         self.version = state.version
+
+    def _update_node(self, name: str) -> None:
+        i = self.pos[name]
+        self._update(i, _part(self.nodes[i], self.request, self.path))
+
+    def refresh(self, state: ClusterState) -> None:
+        """Bring the table to the state's version now: the nodes not read yet, then those
+        changed since (all of them again if the state's log no longer reaches that far)."""
+        self.gather(state)
+        if self.building:
+            self._read_some(len(self.nodes))
+        for name in self.pending:
+            self._update_node(name)
+        self.pending.clear()
+
+    def step(self, state: ClusterState, budget: int) -> int:
+        """Part of :meth:`refresh`: read at most ``budget`` nodes (the next ones while the
+        table is being made, else some of those changed since). Returns the nodes read."""
+        self.gather(state)
+        if self.building:
+            return self._read_some(max(0, budget))
+        done = 0
+        pending = self.pending
+        while pending and done < budget:
+            self._update_node(pending.pop())
+            done += 1
+        return done
 
     def _update(self, i: int, new: _Part) -> None:
         old = self.parts[i]

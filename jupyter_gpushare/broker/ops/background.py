@@ -1,9 +1,10 @@
 """What runs beside a serving broker: the loops started once it listens, stopped before it closes.
 
 The request rows' retention (:mod:`.retention`), the GPU culler (:mod:`.culler`), the
-collector's pacer (:mod:`.gcpace`), the policy file's watch (:mod:`.reload`) and the
-reconcile loop (:mod:`.reconcile`). The application (``broker/app.py``) makes them and
-hands them here; :meth:`Background.stop` cancels and stops them in that order.
+collector's pacer (:mod:`.gcpace`), the refusal tables made ahead (:mod:`.whywarm`),
+the policy file's watch (:mod:`.reload`) and the reconcile loop (:mod:`.reconcile`). The
+application (``broker/app.py``) makes them and hands them here; :meth:`Background.stop`
+cancels and stops them in that order.
 """
 
 from __future__ import annotations
@@ -16,16 +17,28 @@ from .gcpace import CollectorPacer
 from .reconcile import HolderChecker, reconcile_loop
 from .reload import PolicyReloader
 from .retention import RequestRetention
+from .whywarm import WhyWarmer
 
 
 class Background:
     """The broker's background loops, started together and stopped together."""
 
-    def __init__(self, broker: Any, culler: GPUCuller, pace_interval_s: float) -> None:
+    def __init__(
+        self,
+        broker: Any,
+        culler: GPUCuller,
+        pace_interval_s: float,
+        warm_interval_s: float = 0.0,
+        warm_nodes_per_step: int = 0,
+        warm_at: float | None = None,
+    ) -> None:
         self.broker = broker
         self.culler = culler
         self.retention = RequestRetention(broker)  # old request rows
         self.pacer = CollectorPacer(pace_interval_s)
+        self.warmer = WhyWarmer(
+            lambda: broker.state, warm_interval_s, warm_nodes_per_step, warm_at
+        )
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def start(
@@ -39,6 +52,7 @@ class Background:
         self.tasks.add(asyncio.ensure_future(self.retention.run()))
         self.culler.start()
         self.pacer.start()
+        self.warmer.start()
         if reloader is not None:
             self.tasks.add(asyncio.ensure_future(reloader.watch()))
         if reconcile_on_start or reconcile_interval_s > 0:
@@ -53,3 +67,4 @@ class Background:
             task.cancel()
         self.culler.stop()
         self.pacer.stop()
+        self.warmer.stop()

@@ -1,0 +1,74 @@
+"""The refusal tables made ahead on the broker's event loop (``broker/ops/whywarm.py``): once a
+pool is near full, the warmer makes the tables of the asks the broker was sent, so that the
+first refusal of each reads no node again; ``why_warm_interval_s = 0`` never steps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from brokerkit import call, start_broker, static_tokens
+from brokerpolicies import small
+from test_why_warm import counting_reads
+
+from jupyter_gpushare.core import placement_why
+from jupyter_gpushare.core.model import SharingMode
+from jupyter_gpushare.core.why_table import table_key
+
+
+def _ask(user: str, gpu: dict[str, Any], team: str = "a") -> dict[str, Any]:
+    return {"user": user, "server": "", "groups": [team], "pool": "shared", "gpu": gpu}
+
+
+async def _fill(app: Any) -> None:
+    """Whole GPUs of the shared pool's node until three of its four are held (75 %)."""
+    for i in range(3):
+        ask = _ask(f"u{i}", {"count": 1})
+        status, body = await call(app, "POST", "/requests", "tok-spawner", ask)
+        assert status == 201 and body["status"] == "granted", body
+
+
+def test_the_warmer_makes_the_tables_before_the_first_refusal(tmp_path: Any) -> None:
+    async def scenario() -> tuple[int, list[int], str]:
+        app = await start_broker(
+            small(), f"sqlite:///{tmp_path}/w.sqlite", static_tokens({"alice": ["a"]}),
+            why_warm_interval_s=0.01, why_warm_nodes=1,
+        )
+        try:
+            await _fill(app)
+            await asyncio.sleep(0.3)
+            warmer = app.background.warmer
+            kept = placement_why._KEPT[app.broker.state]
+            want = {table_key(r, SharingMode.SHARED) for _, r in kept.asks.values()}
+            assert set(kept.tables) >= want and len(want) == 1
+            with counting_reads() as reads:
+                _, body = await call(
+                    app, "POST", "/requests", "tok-spawner", _ask("v", {"count": 2}, team="b")
+                )
+            return warmer.steps, reads, str(body)
+        finally:
+            await app.stop_async()
+
+    steps, reads, body = asyncio.run(scenario())
+    assert steps >= 1
+    assert "no free capacity in the pool: 1 of 4 GPUs free, 2 asked" in body, body
+    # the refusal of the 2-GPU ask, seen for the first time, makes its table (one node);
+    # the warmer had made the 1-GPU ask's, which this test checked above
+    assert reads == [1], reads
+
+
+def test_interval_zero_never_warms(tmp_path: Any) -> None:
+    async def scenario() -> tuple[int, int]:
+        app = await start_broker(
+            small(), f"sqlite:///{tmp_path}/z.sqlite", static_tokens({"alice": ["a"]}),
+            why_warm_interval_s=0,
+        )
+        try:
+            await _fill(app)
+            await asyncio.sleep(0.2)
+            kept = placement_why._KEPT.get(app.broker.state)
+            return app.background.warmer.steps, len(kept.tables) if kept else 0
+        finally:
+            await app.stop_async()
+
+    assert asyncio.run(scenario()) == (0, 0)
