@@ -255,6 +255,22 @@ def test_warm_keeps_within_the_tables_limit_and_drops_none(
     }
 
 
+def test_the_room_for_tables_goes_to_the_most_seen_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room for one table: the ask seen most gets it, though a larger one is made first when
+    both fit."""
+    monkeypatch.setattr(placement_why, "WARM_AT", 0.0)
+    state = cluster(random.Random(5))
+    monkeypatch.setattr(placement_why, "KEEP_NODE_PARTS", len(state.by_pool["shared"]))
+    mode = SharingMode.SHARED
+    big = Request("b", "u", "t", "shared", GPUAsk(fraction_milli=750), "p", holder="h")
+    small = Request("s", "u", "t", "shared", GPUAsk(fraction_milli=250), "p", holder="h")
+    note_ask(state, big, mode)
+    for _ in range(3):
+        note_ask(state, small, mode)
+    _warm_fully(state)
+    assert set(placement_why._kept(state).tables) == {table_key(small, mode)}
+
+
 def test_asks_kept_are_bounded_and_the_least_seen_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(placement_why, "KEEP_ASKS", 3)
     state = cluster(random.Random(6))
