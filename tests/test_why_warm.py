@@ -63,7 +63,7 @@ def test_a_table_made_a_slice_at_a_time_says_what_a_pass_says(seed: int) -> None
     for req in asks:
         pool = state.policy.pool(req.pool)
         assert pool is not None
-        nodes, pos = kept.nodes_read(pool.name, state.by_pool[req.pool], req, pool.mode)
+        nodes, pos = kept.nodes_read(state, pool.name, req, pool.mode)
         tables.append(WhyTable(state, nodes, req, pool.mode, pos, read_now=False))
     compared = 0
     for n in range(150):
@@ -315,3 +315,21 @@ def test_a_table_made_waits_for_enough_changes_and_a_refusal_reads_only_those(
         state.cordon(name)
     assert warm(state, 100) == 3 and not table.pending
     assert _words(state, table, req) == why_by_scan(state, req)
+
+
+def test_one_list_of_nodes_to_read_is_made_per_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each set of models asked has its own list of the nodes its tables read (a pass over
+    the pool's positions); a slice makes at most one, so that many pinned asks seen at once
+    do not hold the loop for all of them."""
+    monkeypatch.setattr(placement_why, "WARM_AT", 0.0)
+    state = cluster(random.Random(12))
+    mode = SharingMode.SHARED
+    for models in (("A100",), ("V100",), ("T4",), ("A100", "T4")):
+        note_ask(state, Request("a", "u", "t", "shared", GPUAsk(whole=1), "p", holder="h",
+                                gpu_models=models), mode)
+    kept = placement_why._kept(state)
+    sizes = []
+    for _ in range(4):
+        warm(state, 0)
+        sizes.append(len(kept.read))
+    assert sizes == [1, 2, 3, 4]

@@ -130,48 +130,42 @@ def say(pool_facts: PoolFacts, request: Request, pool_name: str) -> str:
 
 class _Kept:
     """What is kept for one state: the tables, least recently asked first, per pool and
-    set of models the nodes with a card of one (in the pool's order) and their positions,
-    and the asks seen (:func:`note_ask`) with how often each was seen."""
+    set of models the nodes with a card of one (in the pool's order, from the state's
+    ``by_model``) and their positions, and the asks seen (:func:`note_ask`) with how often
+    each was seen."""
 
     def __init__(self) -> None:
         self.tables: OrderedDict[tuple, WhyTable] = OrderedDict()
         self.asks: dict[tuple, tuple[int, Request]] = {}  # table key -> (times seen, an ask)
-        self.by_model: dict[str, dict[str, list[int]]] = {}  # pool -> model -> positions
         self.read: dict[tuple, tuple[list[NodeState], dict[str, int]]] = {}
 
     def nodes_read(
-        self, pool: str, nodes: list[NodeState], request: Request, mode: SharingMode
+        self, state: ClusterState, pool: str, request: Request, mode: SharingMode
     ) -> tuple[list[NodeState], dict[str, int]]:
         """The nodes a table for ``request`` reads, and each one's position among them."""
-        models = () if reads_all(request, mode) else tuple(sorted(set(request.gpu_models)))
-        key = (pool, models)
+        key = _read_key(pool, request, mode)
+        models = key[1]
         if key not in self.read:
             if len(self.read) >= _KEEP_NODE_SETS:  # (model sets are what requests name)
                 self.read.clear()
+            nodes = state.by_pool.get(pool, [])
             if not models:
                 chosen = nodes
             else:
-                index = self.by_model.get(pool)
-                if index is None:
-                    index = self.by_model[pool] = _model_index(nodes)
+                index = state.by_model.get(pool, {})
                 at = sorted(set().union(*(index.get(m, ()) for m in models)))
                 chosen = [nodes[i] for i in at]
             self.read[key] = (chosen, {ns.node.name: i for i, ns in enumerate(chosen)})
         return self.read[key]
 
 
+def _read_key(pool: str, request: Request, mode: SharingMode) -> tuple:
+    models = () if reads_all(request, mode) else tuple(sorted(set(request.gpu_models)))
+    return (pool, models)
+
+
 _KEEP_NODE_SETS = 256
 """Node lists kept per state (one per pool and set of models asked), made again beyond."""
-
-
-def _model_index(nodes: list[NodeState]) -> dict[str, list[int]]:
-    """Per GPU model, the positions of the nodes with a card of it (a node's cards do not
-    change within a state)."""
-    index: dict[str, list[int]] = {}
-    for i, ns in enumerate(nodes):
-        for model in {g.gpu.model for g in ns.gpus}:
-            index.setdefault(model, []).append(i)
-    return index
 
 
 _KEPT: weakref.WeakKeyDictionary[ClusterState, _Kept] = weakref.WeakKeyDictionary()
@@ -207,7 +201,7 @@ def why_nothing_fits(state: ClusterState, request: Request) -> str:
     key = table_key(request, pool.mode)
     table = tables.get(key)
     if table is None:
-        read, pos = kept.nodes_read(pool.name, nodes, request, pool.mode)
+        read, pos = kept.nodes_read(state, pool.name, request, pool.mode)
         table = tables[key] = WhyTable(state, read, request, pool.mode, pos)
         while len(tables) > 1 and _parts_kept(kept) > KEEP_NODE_PARTS:
             tables.popitem(last=False)
@@ -319,8 +313,11 @@ def _with_room(
     """The asks of the pools near refusing that have a table, or room for one within
     :data:`KEEP_NODE_PARTS`: the most seen get the room first (at ten times the Alibaba
     cluster, cpu-heavy asks 25 shapes of GPU and 24 tables fit; two of them were seen 10
-    times in 96,000 requests and never refused)."""
+    times in 96,000 requests and never refused). At most one list of the nodes an ask
+    reads is made per slice (for asks pinned to models, each set of models has its own:
+    making them all in one slice held the loop 50-60 ms on gpumodel-constrained)."""
     room = KEEP_NODE_PARTS - _parts_kept(kept)
+    new_sets = 1  # node lists made per slice (one is a pass over the pool's positions)
     chosen = []
     for key, (seen, request) in sorted(kept.asks.items(), key=lambda kv: -kv[1][0]):
         if not near[key[0]]:
@@ -330,7 +327,11 @@ def _with_room(
             nodes = state.by_pool.get(request.pool, [])
             if pool is None or not nodes:
                 continue
-            size = len(kept.nodes_read(pool.name, nodes, request, pool.mode)[0])
+            if _read_key(pool.name, request, pool.mode) not in kept.read:
+                if new_sets == 0:
+                    continue  # (its turn comes in a later slice)
+                new_sets -= 1
+            size = len(kept.nodes_read(state, pool.name, request, pool.mode)[0])
             if size > room:
                 continue
             room -= size
@@ -346,7 +347,7 @@ def _new_table(
     nodes = state.by_pool.get(request.pool, [])
     if pool is None or not nodes:
         return None
-    read, pos = kept.nodes_read(pool.name, nodes, request, pool.mode)
+    read, pos = kept.nodes_read(state, pool.name, request, pool.mode)
     if _parts_kept(kept) + len(read) > KEEP_NODE_PARTS:
         return None
     table = kept.tables[key] = WhyTable(state, read, request, pool.mode, pos, read_now=False)

@@ -84,6 +84,9 @@ class ClusterState:
         self.policy = policy
         self.nodes: dict[str, NodeState] = {}
         self.by_pool: dict[str, list[NodeState]] = defaultdict(list)
+        # pool -> GPU model -> positions in by_pool of the nodes with a card of it (a
+        # node's cards do not change within a state; read by the refusal tables)
+        self.by_model: dict[str, dict[str, list[int]]] = defaultdict(dict)
         pools: dict[str, Pool | None] = {}  # looked up once per pool, not per node
         for node in policy.nodes:
             if node.pool not in pools:
@@ -95,6 +98,9 @@ class ClusterState:
             gpus = [GPUState(g, node.name, _capacity(g, pool, shares)) for g in node.gpus]
             ns = NodeState(node, pool, gpus, node.cpu_milli, node.memory_mib)
             self.nodes[node.name] = ns
+            at = self.by_model[node.pool]
+            for model in {g.model for g in node.gpus}:
+                at.setdefault(model, []).append(len(self.by_pool[node.pool]))
             self.by_pool[node.pool].append(ns)
         self.grants: dict[str, Grant] = {}
         # per pool, the grants some request could ever preempt (see could_be_victim), in the
