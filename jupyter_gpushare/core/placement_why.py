@@ -223,8 +223,9 @@ the asks seen in it (``BrokerApp.why_warm_at``). Measured at ten times the Aliba
 20,000 after 60 %; every ask's first refusal came within a few thousand decisions of the
 pool's first. Making the tables of 17-28 asks there reads 200,000-340,000 nodes."""
 
-KEEP_ASKS = 64
-"""Asks remembered per state (one per table key); a new one beyond drops the least seen."""
+KEEP_ASKS = 256
+"""Asks remembered per state (one per table key); a new one beyond drops the least seen
+(multigpu-pinned at ten times the Alibaba cluster asks more than 64)."""
 
 
 def note_ask(state: ClusterState, request: Request, mode: SharingMode) -> None:
@@ -249,7 +250,8 @@ def warm(state: ClusterState, budget: int, at: float | None = None) -> int:
 
     First the tables made with :data:`KEEP_PENDING` nodes or more changed since are brought
     up to date, at most ``KEEP_UP * budget`` nodes read (every table notes the nodes
-    changed, so that none falls behind the state's change log); then at most ``budget``
+    changed, those of asks no longer seen too, so that none falls behind the state's change
+    log and is read again whole at its next refusal); then at most ``budget``
     nodes are read into the tables being made, one table at a time, in the order of
     :func:`_first_made`. A new table is made only while the tables kept stay
     within :data:`KEEP_NODE_PARTS` (none is dropped for one). Returns the nodes read (0:
@@ -269,8 +271,8 @@ def warm(state: ClusterState, budget: int, at: float | None = None) -> int:
         if table is not None:
             tables.append(table)
     used = 0
-    for table in tables:
-        table.gather(state)  # (cheap: the names changed since; keeps it within the log)
+    for table in kept.tables.values():  # every table, asked lately or not: none falls
+        table.gather(state)  # behind the state's change log (cheap: the names changed)
     behind = [t for t in tables if not t.building and len(t.pending) >= KEEP_PENDING]
     for table in sorted(behind, key=lambda t: -len(t.pending)):
         if used >= KEEP_UP * budget:
