@@ -6,7 +6,9 @@ stale entries are dropped when they come to the top), and the open nodes that co
 the ask as far as their GPUs go, sorted by free CPU and by free RAM (the most free among
 those short of the request's CPU is one bisection away, whatever CPU the request asks).
 :meth:`WhyTable.refresh` reads only the nodes changed since (the state's change log); a
-state whose log no longer reaches that far is read again whole.
+state whose log no longer reaches that far is read again whole. A table can also be made
+and kept up a slice at a time (:meth:`WhyTable.step`, between requests): the nodes that
+change meanwhile are noted (:meth:`WhyTable.gather`) and read again once it is made.
 """
 
 from __future__ import annotations
@@ -182,13 +184,6 @@ class WhyTable:
     def building(self) -> bool:
         """Whether some nodes are not read yet (the figures are not to be read)."""
         return len(self.parts) < len(self.nodes)
-
-    def backlog(self, state: ClusterState) -> int:
-        """About how many nodes are to be read to bring the table to the state's version."""
-        return (
-            len(self.nodes) - len(self.parts) + len(self.pending)
-            + min(state.version - self.version, len(self.nodes))
-        )
 
     def _read_some(self, count: int) -> int:
         """Read the next ``count`` nodes' parts into the sums, heaps and host columns; the
