@@ -45,6 +45,12 @@ def test_the_warmer_makes_the_tables_before_the_first_refusal(tmp_path: Any) -> 
                 _, body = await call(
                     app, "POST", "/requests", "tok-spawner", _ask("v", {"count": 2}, team="b")
                 )
+            status, text = await call(app, "GET", "/metrics", "tok-metrics")
+            assert status == 200
+            assert f"gpushare_why_warm_steps_total {float(warmer.steps)}" in text, text
+            seconds = [ln for ln in text.splitlines()
+                       if ln.startswith("gpushare_why_warm_seconds_total ")]
+            assert seconds and float(seconds[0].split()[1]) > 0, seconds
             return warmer.steps, reads, str(body)
         finally:
             await app.stop_async()

@@ -458,6 +458,7 @@ class BrokerApp(Application):
             self.why_warm_interval_s, self.why_warm_nodes, self.why_warm_at,
         )
         self.retention, self.gc_pacer = self.background.retention, self.background.pacer
+        self.metrics.warmer = self.background.warmer
         self.background.start(
             self.ctx.reloader,
             self.checker,

@@ -58,6 +58,7 @@ from ...core.model import from_milli
 
 if TYPE_CHECKING:
     from ..service.broker import Broker
+    from .whywarm import WhyWarmer
 
 FRESH_S = 120.0  # a heartbeat older than this no longer counts as measured
 
@@ -103,8 +104,22 @@ class _StateCollector(Collector):
             "gpushare_commit_groups",
             "Group commits done since the broker started (BrokerApp.commit_mode thread or async)",
         )
+        warm_steps = CounterMetricFamily(
+            "gpushare_why_warm_steps",
+            "Steps between requests that read nodes into the refusal tables made ahead "
+            "(BrokerApp.why_warm_interval_s)",
+        )
+        warm_seconds = CounterMetricFamily(
+            "gpushare_why_warm_seconds",
+            "Seconds of the event loop those steps took (the background cost of the refusal "
+            "tables made ahead)",
+        )
+        warmer = self.metrics.warmer
+        warm_steps.add_metric([], warmer.steps if warmer else 0)
+        warm_seconds.add_metric([], warmer.busy_s if warmer else 0.0)
         families = (grants, used, borrowed, guaranteed, limit, measured, busy, month, budget,
-                    capacity, queue, preempting, power, drained, backlog, groups)
+                    capacity, queue, preempting, power, drained, backlog, groups, warm_steps,
+                    warm_seconds)
         if broker is None:
             yield from families
             return
@@ -175,6 +190,7 @@ class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self._broker: Broker | None = None
+        self.warmer: WhyWarmer | None = None  # the refusal tables made ahead, once serving
         self.admissions = Counter(
             "gpushare_admissions",
             "Admission decisions",
