@@ -140,9 +140,9 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
     scans: list[int] = []
     rows_for = RowTable.rows_for
 
-    def counted(self, milli, cpu, heads):  # type: ignore[no-untyped-def]
-        scans.append(milli)
-        return rows_for(self, milli, cpu, heads)
+    def counted(self, milli, cpu, heads, lo=0, hi=-1):  # type: ignore[no-untyped-def]
+        scans.append((lo, hi))
+        return rows_for(self, milli, cpu, heads, lo, hi)
 
     short, reserve = packshort._SHORT_LIST, packshort._RESERVE
     packshort._SHORT_LIST = 1  # a list of one node: it runs out at every placement
@@ -157,10 +157,11 @@ def test_a_short_list_that_runs_out_is_refilled_from_its_reserve() -> None:
             nodes.append(got.node)
             state.apply(grant_for(i, request, got))
         assert nodes == sorted(state.nodes)  # same nodes, same order: lowest position first
-        # the first full scan (a shape's first after a new target) keeps no reserve; the
-        # second keeps 4 nodes: its own pick and the next three come from it; the sixth
-        # needs a full scan again
-        assert len(scans) == 3
+        # the first full scan (a shape's first after a new target) keeps no reserve and
+        # ends its list at the node of position 1; the second carries on from there
+        # (ShortLists._beyond: positions from 1, then those before it) and keeps 4 nodes:
+        # its own pick and the next three come from it; the sixth carries on from 5
+        assert scans == [(0, -1), (1, -1), (0, 1), (5, -1), (0, 5)]
     finally:
         RowTable.rows_for = rows_for  # type: ignore[method-assign]
         packshort._SHORT_LIST, packshort._RESERVE = short, reserve

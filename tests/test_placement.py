@@ -343,12 +343,15 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
     node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
     """A repeated shape is answered from its cached short list plus the nodes changed
-    since; that answer is exactly the full scan's (here with lists of 1, so they run out)."""
+    since; that answer is exactly the full scan's (here with lists of 1 and a reserve of
+    one list or two, so they run out, and the scans that carry on where they ran out,
+    ``ShortLists._beyond``, stop early)."""
     import jupyter_gpushare.core.packshort as packshort
     import jupyter_gpushare.core.placement as placement_mod
 
-    short = packshort._SHORT_LIST
+    short, reserve = packshort._SHORT_LIST, packshort._RESERVE
     packshort._SHORT_LIST = 1
+    packshort._RESERVE = data.draw(st.sampled_from([1, 2]))
     try:
         cached = make_state(node_specs, 0.0)
         plain = make_state(node_specs, 0.0)
@@ -374,7 +377,7 @@ def test_shape_short_lists_answer_what_the_full_scan_would(
                 cached.cordon(name, flag)
                 plain.cordon(name, flag)
     finally:
-        packshort._SHORT_LIST = short
+        packshort._SHORT_LIST, packshort._RESERVE = short, reserve
 
 
 def test_a_share_limited_by_memory_goes_only_where_its_memory_fits() -> None:

@@ -155,11 +155,13 @@ class RowTable:
         low.sort(key=_position)
         return low
 
-    def rows_for(self, milli: int, cpu: int, heads: list[NodeView]) -> Iterator[Row]:
+    def rows_for(
+        self, milli: int, cpu: int, heads: list[NodeView], lo: int = 0, hi: int = -1
+    ) -> Iterator[Row]:
         """The rows worth scoring for a request needing ``milli`` on its GPUs and ``cpu``, in
         position order: used nodes in a bucket big enough and with about enough free CPU
         (at least the ``CPU_STEPS`` step below ``cpu``), and ``heads`` (untouched nodes,
-        which are not filed)."""
+        which are not filed); only positions from ``lo`` and below ``hi`` (-1: no end)."""
         bits = 0
         for bucket in self.bits[min(milli, UNIT) // BUCKET :]:
             bits |= bucket
@@ -169,6 +171,10 @@ class RowTable:
         at = {v.pos: v for v in heads}
         for pos in at:
             bits |= 1 << pos
+        if hi >= 0:
+            bits &= (1 << hi) - 1
+        if lo:
+            bits &= ~((1 << lo) - 1)
         flags = bin(bits)[:1:-1]  # flags[pos] == "1": a row to read
         row_at = self.row_at
         pos = flags.find("1")

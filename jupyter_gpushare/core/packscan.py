@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .cofit import COFIT_MIN_MILLI, COFIT_PENALTY
 from .fragmentation import FragTable, Shape, Workload
@@ -189,6 +189,7 @@ class RankedScan:
         prune: bool = True,
         ordered: bool = False,
         size: int = 0,
+        parts: Sequence[tuple[float, Iterable[Row]]] = (),
     ) -> list[Scored]:
         """Rank ``rows``; returns [the best one with room for ``mem``] or [].
 
@@ -211,6 +212,10 @@ class RankedScan:
         that one rank no better. Most scans stop within the first few hundred positions,
         however big the pool (a gradient close to ``-demand`` is common: a fraction that
         fills a sliver no shape of the target could use).
+
+        ``parts``: the rows in parts instead, each with a ``floor`` known from elsewhere
+        (none of its rows ranks below ``floor + position``): an ordered scan stops a part
+        at the first row where that, or the least rank above, cannot beat what is found.
         """
         cpu, milli, num, models = shape
         levels = self.table.cpu_levels
@@ -238,63 +243,69 @@ class RankedScan:
         cut = inf  # a row ranked at or above this is of no use
         # the least rank at position 0 (ordered rows: the rank of none is below base + pos)
         least = least_gradient(demand)
-        base = (least // step) * n if ordered else -inf
-        for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in rows:
-            if base + pos >= cut:
-                break
-            cpu_left = free_cpu - cpu
-            if cpu_left < 0 or (free_mem < mem and not keep):
-                continue
-            if num:
-                if len(units) < num or units[-num] < milli:
+        lowest = (least // step) * n if ordered else -inf
+        for floor, part in parts or ((-inf, rows),):
+            base = max(lowest, floor) if ordered else -inf
+            for free_cpu, free_mem, units, model, sig, total, inv_cpu, inv_gpu, pos, view in part:
+                if base + pos >= cut:
+                    break
+                cpu_left = free_cpu - cpu
+                if cpu_left < 0 or (free_mem < mem and not keep):
                     continue
-                if models and model not in models and "|" not in model:
-                    continue  # (a node of mixed models is checked GPU by GPU later)
-            starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
-            # the least rank a row can have, at no cost: its starvation alone (without it,
-            # the least rank is that of an ordered scan's stop, checked above)
-            if starved > 0.0 and weight and ((least + weight * starved) // step) * n + pos >= cut:
-                continue
-            after = bisect_right(levels, cpu_left)
-            before = bisect_right(levels, free_cpu)
-            key = sig * stride2 + before * stride + after
-            hit = memo.get(key)
-            if hit is None:
-                if cut < inf:
-                    known = memo.get(~key)  # (the bound, memoised with the gradients)
-                    if known is None or known[1]:  # (none, or only the one from ``before``)
-                        penalty = weight * starved if starved > 0.0 else 0.0
-                        known = memo[~key] = self._bound(
-                            view, before, after, milli, num, least, penalty, cut - pos
-                        )
-                    low = known[0]
-                    if starved > 0.0:
-                        low += weight * starved
-                    if (low // step) * n + pos >= cut:
+                if num:
+                    if len(units) < num or units[-num] < milli:
                         continue
-                hit = memo[key] = gradient(view, after, milli, num)
-            delta = hit[0]
-            if starved > 0.0:
-                delta += weight * starved
-            rank = (delta // step) * n + pos
-            if keep:
-                if rank >= cut:
+                    if models and model not in models and "|" not in model:
+                        continue  # (a node of mixed models is checked GPU by GPU later)
+                starved = (total - demand) * inv_gpu - cpu_left * inv_cpu  # GPU share over CPU's
+                # the least rank a row can have, at no cost: its starvation alone (without it,
+                # the least rank is that of an ordered scan's stop, checked above)
+                if (
+                    starved > 0.0
+                    and weight
+                    and ((least + weight * starved) // step) * n + pos >= cut
+                ):
                     continue
-                entry = (rank, free_mem, view, hit[1])
-                scored.append(entry)  # type: ignore[union-attr]
-                if rank < best_rank and free_mem >= mem:
-                    best_rank, best = rank, entry
-                if prune:
-                    if len(top) < size:
-                        heapq.heappush(top, -rank)
-                    elif rank < -top[0]:
-                        heapq.heapreplace(top, -rank)
-                    if len(top) == size:
-                        cut = max(-top[0], best_rank)
-            elif rank < best_rank:
-                best_rank, best = rank, (rank, free_mem, view, hit[1])
-                if prune:
-                    cut = rank
+                after = bisect_right(levels, cpu_left)
+                before = bisect_right(levels, free_cpu)
+                key = sig * stride2 + before * stride + after
+                hit = memo.get(key)
+                if hit is None:
+                    if cut < inf:
+                        known = memo.get(~key)  # (the bound, memoised with the gradients)
+                        if known is None or known[1]:  # (none, or only the one from ``before``)
+                            penalty = weight * starved if starved > 0.0 else 0.0
+                            known = memo[~key] = self._bound(
+                                view, before, after, milli, num, least, penalty, cut - pos
+                            )
+                        low = known[0]
+                        if starved > 0.0:
+                            low += weight * starved
+                        if (low // step) * n + pos >= cut:
+                            continue
+                    hit = memo[key] = gradient(view, after, milli, num)
+                delta = hit[0]
+                if starved > 0.0:
+                    delta += weight * starved
+                rank = (delta // step) * n + pos
+                if keep:
+                    if rank >= cut:
+                        continue
+                    entry = (rank, free_mem, view, hit[1])
+                    scored.append(entry)  # type: ignore[union-attr]
+                    if rank < best_rank and free_mem >= mem:
+                        best_rank, best = rank, entry
+                    if prune:
+                        if len(top) < size:
+                            heapq.heappush(top, -rank)
+                        elif rank < -top[0]:
+                            heapq.heapreplace(top, -rank)
+                        if len(top) == size:
+                            cut = max(-top[0], best_rank)
+                elif rank < best_rank:
+                    best_rank, best = rank, (rank, free_mem, view, hit[1])
+                    if prune:
+                        cut = rank
         self._last_cut = cut if keep and prune else inf
         return [best] if best is not None else []
 

@@ -4,16 +4,19 @@ After a full scan for a shape, its best ``short_len()`` nodes are kept with a bo
 which the list is complete; a later request of the shape is answered from the list plus
 the nodes changed since (never more than a full scan would score), and the answer is the
 full scan's. A full scan (but a shape's first after a new target) also keeps ``_RESERVE``
-times the list's length of its next-best nodes, which refill a list that runs out.
+times the list's length of its next-best nodes, which refill a list that runs out; when
+list and reserve have run out, the next scan carries on from where they ended
+(:meth:`ShortLists._beyond`) instead of reading every row again.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .fragmentation import Shape
-from .packrows import NodeView, RowTable, head_row
+from .packrows import NodeView, Row, RowTable, head_row
 from .packscan import RankedScan, Scored
 
 
@@ -34,17 +37,20 @@ class ShortLists(RankedScan):
         stamp = self.clock
         if len(self._cache) >= _CACHE_SHAPES and cached is None:
             self._cache.clear()
+        parts: list[tuple[float, Iterable[Row]]] = []
         if cached is not None:
             hit = self._from_cache(cached, shape, mem, heads)
             if hit is not _MISS:
                 return hit  # type: ignore[return-value]
+            if not cached.short:
+                parts = self._beyond(cached.rbound, milli, cpu, heads)
         scored: list[Scored] = []
-        rows = self.rows.rows_for(milli, cpu, heads)
+        rows = () if parts else self.rows.rows_for(milli, cpu, heads)
         keep = self._short_len()
         # the short list and its reserve; none on a shape's first scan after a new target
         # (memos are cold then, and a wider cut would compute more gradients)
         most = keep * _RESERVE if cached is not None else keep
-        found = self._scan(rows, shape, mem, scored, ordered=True, size=most + 1)
+        found = self._scan(rows, shape, mem, scored, ordered=True, size=most + 1, parts=parts)
         if len(scored) > most:
             ranked = heapq.nsmallest(most + 1, scored)
             rbound = ranked.pop()[0]
@@ -54,6 +60,30 @@ class ShortLists(RankedScan):
         reserve = {e[2].pos: (e, stamp) for e in ranked[keep:]}
         self._cache[shape] = _Cached(stamp, bound, ranked[:keep], rbound, reserve)
         return found[0] if found else None
+
+    def _beyond(
+        self, rbound: float, milli: int, cpu: int, heads: list[NodeView]
+    ) -> list[tuple[float, Iterable[Row]]]:
+        """The rows of a full scan that carries on where a short list ran out, in parts
+        for :meth:`._scan`: no node fitting the shape ranks below ``rbound`` (its list
+        and reserve held all those, and none is left), so a node at a position from the
+        bound's own ranks at least the bound's step, one before it a step more.
+
+        A rank is the step of the node's gradient times the pool's size plus its
+        position: from the bound's position the scan reads on until the step it found
+        stops being beaten, then the positions before it in the next step. An ordered
+        scan from position 0 stops only where the least gradient, ``-demand``, could
+        no longer beat what it found: most often never (every row read), where this
+        reads from the bound on (issue 29: cpu-heavy at ``--scale 10``, the lists
+        that ran out were most of its decisions over 10 ms).
+        """
+        n = len(self.by_pos)
+        step, at = divmod(int(rbound), n)
+        rows = self.rows
+        return [
+            (float(step * n), rows.rows_for(milli, cpu, heads, lo=at)),
+            (float((step + 1) * n), rows.rows_for(milli, cpu, heads, hi=at)),
+        ]
 
     def _short_len(self) -> int:
         """Nodes per short list: a big pool's best nodes run out later."""
@@ -170,9 +200,10 @@ class _Cached:
     reserve: dict[int, tuple[Scored, int]]
 
 
-_RESERVE = 8
+_RESERVE = 2
 """A full scan (but a shape's first after a new target) keeps ``_RESERVE`` times the short
 list's length of its best nodes: when the short list runs out, the next ones come from the
-rest without a full scan. (4 before issue 29's last round: on cpu-heavy at ``--scale 10``
-8 halves the full scans after a list ran out, each ~2,600 rows read, for 1-2 % more rows
-read on the default trace.)"""
+rest without a full scan. (8 before the scans that carry on where a list ran out,
+:meth:`ShortLists._beyond`: such a scan stops sooner the fewer nodes it must find. On
+cpu-heavy at ``--scale 10``, ``benchmarks/placement_broker.py``: 8 / 2 / 1 gave 393 / 803 /
+1,218 of them, 3.5 / 1.2 / 0.7 ms at the median, 26 / 8 / 8 over 10 ms.)"""
