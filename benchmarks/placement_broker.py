@@ -23,7 +23,9 @@ the broker's service instead, in a process of their own per run:
 * in the third arm, the refusal tables made ahead (``BrokerApp.why_warm_interval_s`` and
   ``why_warm_nodes``, ``broker/ops/whywarm.py``): ``placement_why.warm`` every ``--warm``
   seconds between two requests (ten times that after a step with nothing to do), at most
-  ``--warm-nodes`` nodes read per step.
+  ``--warm-nodes`` nodes read per step; and in the same steps each pool's next placement
+  target made ahead (``BrokerApp.why_warm_positions``, ``core/packnext.py``):
+  ``placement.make_ahead``, at most ``--ahead`` node positions read per step.
 
 The baseline arms, in the same invocation right before, are the same run with CPython's own
 collector schedule and nothing frozen (``--pace 0``, as a harness), and the broker's
@@ -52,7 +54,13 @@ REPO = HERE.parent
 
 
 def run(
-    trace: str, seed: int, scale: int, pace: float, warm: float = 0.0, warm_nodes: int = 250
+    trace: str,
+    seed: int,
+    scale: int,
+    pace: float,
+    warm: float = 0.0,
+    warm_nodes: int = 250,
+    ahead: int = 0,
 ) -> dict[str, Any]:
     """One run in this process (a fresh one: see ``main``)."""
     sys.path[:0] = [str(HERE)]
@@ -65,6 +73,7 @@ def run(
     from jupyter_gpushare.broker.service.effects import NoObserver
     from jupyter_gpushare.broker.store.db import make_engine
     from jupyter_gpushare.core.model import Kind, PoolQuota, Team
+    from jupyter_gpushare.core.placement import make_ahead
     from jupyter_gpushare.core.placement_why import warm as warm_step
 
     nodes, trace_pods = load(trace, scale)
@@ -139,6 +148,8 @@ def run(
             if warm > 0 and time.monotonic() >= next_warm:  # as broker/ops/whywarm.py
                 w0 = time.thread_time()
                 read = warm_step(broker.state, warm_nodes)
+                if ahead:
+                    read += make_ahead(broker.state, ahead)
                 took = time.thread_time() - w0
                 if read:
                     warm_steps, warm_read = warm_steps + 1, warm_read + read
@@ -179,11 +190,11 @@ def run(
 
 
 def spawn(
-    trace: str, seed: int, scale: int, pace: float, warm: float, warm_nodes: int
+    trace: str, seed: int, scale: int, pace: float, warm: float, warm_nodes: int, ahead: int
 ) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", trace, str(seed), str(scale), str(pace),
-         str(warm), str(warm_nodes)],
+         str(warm), str(warm_nodes), str(ahead)],
         check=True, capture_output=True, text=True, cwd=REPO,
     )
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -203,12 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--warm-nodes", type=int, default=250, help="nodes read per warm step (why_warm_nodes)"
     )
-    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--ahead", type=int, default=4000,
+        help="node positions read per warm step into the next targets' lists "
+        "(why_warm_positions; core/packnext.py); 0: a new target is taken at once",
+    )
+    ap.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        trace, seed, scale, pace, warm, warm_nodes = args.child
+        trace, seed, scale, pace, warm, warm_nodes, ahead = args.child
         print(json.dumps(run(
-            trace, int(seed), int(scale), float(pace), float(warm), int(warm_nodes)
+            trace, int(seed), int(scale), float(pace), float(warm), int(warm_nodes), int(ahead)
         )))
         return 0
     head = (
@@ -224,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.warm > 0:
                 arms.append(("broker's + warm", args.pace, args.warm))
             for label, pace, warm in arms:
-                r = spawn(trace, seed, args.scale, pace, warm, args.warm_nodes)
+                r = spawn(trace, seed, args.scale, pace, warm, args.warm_nodes, args.ahead)
                 print(
                     f"{trace:<18}{seed:>5} {label:<16}{r['decisions']:>10,}{r['p50']:>8.3f}"
                     f"{r['p99']:>8.3f}{r['max_after_100']:>9.2f}{r['over_10ms_after_100']:>7}"

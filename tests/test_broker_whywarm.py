@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from brokerkit import call, start_broker, static_tokens
-from brokerpolicies import small
+from brokerpolicies import crash, small
 from test_why_warm import counting_reads
 
 from jupyter_gpushare.core import placement_why
@@ -78,3 +78,39 @@ def test_interval_zero_never_warms(tmp_path: Any) -> None:
             await app.stop_async()
 
     assert asyncio.run(scenario()) == (0, 0)
+
+
+def test_the_warmer_makes_the_next_targets_lists_before_it_is_taken(tmp_path: Any) -> None:
+    """The same steps make each pool's next placement target ahead (core/packnext.py): a new
+    target waits while its short lists are made, a window of positions per step, and is
+    taken with them; with why_warm_positions = 0 it is taken at once."""
+    import jupyter_gpushare.core.placement as placement_mod
+
+    async def scenario(positions: int) -> tuple[bool, bool, set, int]:
+        app = await start_broker(
+            crash(), f"sqlite:///{tmp_path}/n{positions}.sqlite", static_tokens({}),
+            why_warm_interval_s=0.01, why_warm_positions=positions,
+        )
+        try:
+            await asyncio.sleep(0.05)  # (a first step: from now on new targets wait)
+            # checkpoints at 1 and 2 requests: a whole GPU, then a half (the mix moved)
+            for user, gpu in (("u0", {"count": 1}), ("u1", {"fraction": 0.5})):
+                status, body = await call(app, "POST", "/requests", "tok-spawner",
+                                          _ask(user, gpu, team="t0"))
+                assert status == 201 and body["status"] == "granted", body
+            pidx = placement_mod._index(app.broker.state).pools["shared"]
+            waiting = pidx.next
+            table = waiting.table if waiting is not None else None
+            for _ in range(100):  # 10 nodes, a position per step: 2 lists in ~0.2 s
+                if pidx.next is None:
+                    break
+                await asyncio.sleep(0.01)
+            return waiting is not None, pidx.table is table, set(pidx._cache), pidx.next is None
+        finally:
+            await app.stop_async()
+
+    waited, taken, lists, done = asyncio.run(scenario(1))
+    assert waited and taken and done
+    assert lists == {(0, 1000, 1, ()), (0, 500, 1, ())}  # the lists came with it
+    waited, _, _, done = asyncio.run(scenario(0))
+    assert not waited and done

@@ -358,6 +358,7 @@ class BrokerApp(Application, BrokerTuning):
         self.background = Background(
             self.broker, self.culler, self.gc_pace_interval_s,
             self.why_warm_interval_s, self.why_warm_nodes, self.why_warm_at,
+            self.why_warm_positions,
         )
         self.retention, self.gc_pacer = self.background.retention, self.background.pacer
         self.metrics.warmer = self.background.warmer

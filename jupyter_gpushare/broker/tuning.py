@@ -114,3 +114,14 @@ class BrokerTuning(HasTraits):
         "many again to bring those made up to date (a step took 2.3 ms at the median, "
         "4.1 ms at the 99th percentile at 250, on 12,000 nodes: see why_warm_interval_s).",
     )
+    why_warm_positions = Integer(
+        4000,
+        min=0,
+        max=10_000_000,
+        config=True,
+        help="Node positions read at most per step of why_warm_interval_s into the short "
+        "lists of each pool's next placement target (core/packnext.py): a new target waits "
+        "until the lists of the shapes asked lately are made for it, so that no request "
+        "after it pays for a full scan with cold memos (cpu-heavy at ten times the Alibaba "
+        "cluster: decisions over 10 ms 62 -> 16). 0: a new target is taken at once.",
+    )

@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 from .fragmentation import FragTable, Shape, Workload, target_drift
 from .model import UNIT, Request
+from .packnext import NextTarget
 from .packrows import NodeView, RowTable
 from .packscan import GRADIENT_STEP, STARVATION_WEIGHT, STEP_COARSEN, Scored, starvation_scale
 from .packshort import ShortLists
@@ -127,6 +128,7 @@ class PoolIndex(ShortLists):
         self._floors = {}
         self._dropped: list[dict] = []  # memos of old targets, freed bit by bit
         self._last_cut = float("inf")  # a ranked scan's cut when it ended (see _from_cache)
+        self.next: NextTarget | None = None  # a target published, its lists being made
         for pos, ns in enumerate(nodes):
             models = "|".join(sorted(ns.node.gpu_models))
             kind = (
@@ -143,8 +145,12 @@ class PoolIndex(ShortLists):
             self.by_pos.append(view)
             self.refresh(view)
 
-    def retarget(self) -> bool:
+    def retarget(self, defer: bool = False) -> bool:
         """A new target workload: a new table, and drop what was computed against the old.
+
+        ``defer``: something makes lists ahead between requests (:meth:`make_ahead`): the
+        new target waits as :attr:`next`, taken once its lists are made or at the next
+        new target (a next target not taken yet is taken first, with the lists it has).
 
         Kept (returns False) while the learned workload has moved little since the table
         in use was made: its target within ``RETARGET_MARGIN`` of the table's (total
@@ -156,6 +162,10 @@ class PoolIndex(ShortLists):
         Nothing per node: a node's signature does not depend on the target (its CPU levels
         are read off its free CPU when it is scored), so this costs the same at any size.
         """
+        asked = set(self._cache)  # the shapes asked lately: those a next target makes lists for
+        if self.next is not None:
+            asked |= self.next.shapes()
+            self._take_next()
         target = self._target()
         scale = starvation_scale(self.workload, self.cpu_per_gpu)
         if (
@@ -164,13 +174,42 @@ class PoolIndex(ShortLists):
             and abs(scale - self.scale) < RETARGET_MARGIN
         ):
             return False
-        old, self.table = self.table, FragTable(target, self._fractions())
-        self.scale = scale
-        self.weight = STARVATION_WEIGHT * scale
-        self.step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
+        table = FragTable(target, self._fractions())
+        weight = STARVATION_WEIGHT * scale
+        step = GRADIENT_STEP * (1.0 + STEP_COARSEN * (1.0 - scale))
+        if defer:
+            counts = self.workload.counts
+            todo = sorted(asked, key=lambda shape: (-counts[shape], shape))
+            self.next = NextTarget(table, scale, weight, step, todo)
+            return True
+        old, self.table = self.table, table
+        self.scale, self.weight, self.step = scale, weight, step
         # the old table's memos too (every dict it holds)
         self._drop_memos(*(v for v in vars(old).values() if isinstance(v, dict)))
         return True
+
+    def make_ahead(self, budget: int) -> int:
+        """Make the next target's lists between requests, at most ``budget`` positions read
+        (:class:`.packnext.NextTarget`); take it once they are made. Returns those read."""
+        nxt = self.next
+        if nxt is None:
+            return 0
+        if not nxt.todo:  # the shapes first asked while it waits: their lists too
+            made = nxt.shapes()
+            nxt.todo.extend(shape for shape in self._cache if shape not in made)
+        read = nxt.make(self, budget)
+        if nxt.ready:
+            self._take_next()
+        return read
+
+    def _take_next(self) -> None:
+        """Take the next target with the lists and memos made for it; drop the old ones."""
+        nxt, self.next = self.next, None
+        assert nxt is not None
+        nxt.swap(self)  # (nxt now holds the old target's)
+        old = [nxt._memo, nxt._floors, nxt._cache, *nxt._by_shape.values()]
+        old.extend(v for v in vars(nxt.table).values() if isinstance(v, dict))
+        self._dropped.extend(d for d in old if d)
 
     def _fractions(self) -> list[tuple[int, float]]:
         """(per-GPU milli, GPUs asked) of every fraction seen (not only the target's
@@ -221,6 +260,8 @@ class PoolIndex(ShortLists):
 
     def _reintern(self) -> None:
         """Too many signatures interned: start over with those of the nodes as they are."""
+        if self.next is not None:  # (its memos are by signature too)
+            self._take_next()
         self._sigs.clear()
         self._drop_memos()
         for view in self.by_pos:

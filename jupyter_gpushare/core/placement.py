@@ -54,6 +54,7 @@ class _Index:
     def __init__(self, state: ClusterState) -> None:
         self.policy = state.policy
         self.workload = Workload()
+        self.ahead = False  # whether make_ahead works between requests
         self.pools: dict[str, PoolIndex] = {}
         self.fits: dict[str, _FitIndex] = {}
         self.node_pool: dict[str, str] = {}
@@ -91,10 +92,11 @@ class _Index:
         self.version = state.version
 
     def observe(self, shape: Shape) -> None:
-        """Learn the request's shape; re-target every pool when the workload republishes."""
+        """Learn the request's shape; re-target every pool when the workload republishes
+        (deferred while :func:`make_ahead` makes the new target's lists between requests)."""
         if self.workload.observe(shape):
             for pool in self.pools.values():
-                pool.retarget()
+                pool.retarget(defer=self.ahead)
 
 
 _INDICES: weakref.WeakKeyDictionary[ClusterState, _Index] = weakref.WeakKeyDictionary()
@@ -108,6 +110,21 @@ def _index(state: ClusterState) -> _Index:
     else:
         idx.sync(state)
     return idx
+
+
+def make_ahead(state: ClusterState, budget: int) -> int:
+    """One slice of work between requests (the broker's ``WhyWarmer``): the short lists of
+    each pool's next target, at most ``budget`` node positions read
+    (:class:`.packnext.NextTarget`). From the first call on, a pool's new target waits
+    until its lists are made (or the next one is published), so that no request after it
+    pays for a full scan with cold memos. Returns the positions read (0: nothing to do)."""
+    idx = _index(state)  # (in step with the state)
+    idx.ahead = True
+    read = 0
+    for pool in idx.pools.values():
+        if read < budget:
+            read += pool.make_ahead(budget - read)
+    return read
 
 
 def _materialise(cand: Candidate, request: Request) -> Placement | None:

@@ -31,13 +31,15 @@ class Background:
         warm_interval_s: float = 0.0,
         warm_nodes_per_step: int = 0,
         warm_at: float | None = None,
+        warm_positions_per_step: int = 0,
     ) -> None:
         self.broker = broker
         self.culler = culler
         self.retention = RequestRetention(broker)  # old request rows
         self.pacer = CollectorPacer(pace_interval_s)
         self.warmer = WhyWarmer(
-            lambda: broker.state, warm_interval_s, warm_nodes_per_step, warm_at
+            lambda: broker.state, warm_interval_s, warm_nodes_per_step, warm_at,
+            warm_positions_per_step,
         )
         self.tasks: set[asyncio.Task[Any]] = set()
 
