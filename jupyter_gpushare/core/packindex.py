@@ -197,7 +197,7 @@ class PoolIndex(ShortLists):
         if not nxt.todo:  # the shapes first asked while it waits: their lists too
             made = nxt.shapes()
             nxt.todo.extend(shape for shape in self._cache if shape not in made)
-        read = nxt.make(self, budget)
+        read = nxt.make(self, budget, self._kind_heads)
         if nxt.ready:
             self._take_next()
         return read

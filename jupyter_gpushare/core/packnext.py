@@ -24,15 +24,13 @@ changed since is scored again when the list is used, as for any list
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .fragmentation import FragTable, Shape
+from .packrows import NodeView
 from .packscan import Scored
-from .packshort import _RESERVE, _Cached
-
-if TYPE_CHECKING:  # (the pool index composes this; it is not imported at run time)
-    from .packindex import PoolIndex
+from .packshort import _RESERVE, ShortLists, _Cached
 
 SWAPPED = ("table", "scale", "weight", "step", "_memo", "_floors", "_by_shape", "_cache")
 """The pool index's attributes that belong to its target (everything else, the nodes' rows,
@@ -74,25 +72,26 @@ class NextTarget:
         being = {self.making.shape} if self.making is not None else set()
         return set(self._cache) | set(self.todo) | being
 
-    def swap(self, index: PoolIndex) -> None:
+    def swap(self, index: ShortLists) -> None:
         """Exchange the target's attributes with the pool index's (twice: back as before)."""
         for name in SWAPPED:
             mine = getattr(self, name)
             setattr(self, name, getattr(index, name))
             setattr(index, name, mine)
 
-    def make(self, index: PoolIndex, budget: int) -> int:
-        """Read at most ``budget`` positions into the lists being made; returns those read."""
+    def make(self, index: ShortLists, budget: int, heads: Callable[[], list[NodeView]]) -> int:
+        """Read at most ``budget`` positions of the pool ``index`` into the lists being
+        made; returns those read. ``heads``: the untouched head of each node kind now."""
         read = 0
         self.swap(index)  # the index scans under this target now...
         try:
             while read < budget and not self.ready:
-                read += self._window(index, budget - read)
+                read += self._window(index, budget - read, heads)
         finally:
             self.swap(index)  # ...and under its own again
         return read
 
-    def _window(self, index: PoolIndex, width: int) -> int:
+    def _window(self, index: ShortLists, width: int, heads: Callable[[], list[NodeView]]) -> int:
         """Scan the next ``width`` positions of the list being made (one is begun when
         none is); returns the positions read."""
         job = self.making
@@ -104,7 +103,7 @@ class NextTarget:
         shape, n = job.shape, len(index.by_pos)
         most = index._short_len() * _RESERVE
         hi = min(n, job.lo + width)
-        rows = index.rows.rows_for(shape[1], shape[0], index._kind_heads(), lo=job.lo, hi=hi)
+        rows = index.rows.rows_for(shape[1], shape[0], heads(), lo=job.lo, hi=hi)
         scored: list[Scored] = []
         index._scan(rows, shape, 0, scored, ordered=True, size=most + 1)
         cut = min(job.cut, index._last_cut)
@@ -119,7 +118,7 @@ class NextTarget:
         return read
 
     @staticmethod
-    def _install(index: PoolIndex, job: _Making, most: int) -> None:
+    def _install(index: ShortLists, job: _Making, most: int) -> None:
         """The list made, as a full scan keeps it (:meth:`.packshort.ShortLists._lookup`)."""
         ranked = sorted(job.rows)
         rbound = job.cut
