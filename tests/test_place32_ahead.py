@@ -15,22 +15,29 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_placement import grant_for, make_request, make_state, node_st, request_st
 
+import jupyter_gpushare.core.packindex as packindex
 import jupyter_gpushare.core.packshort as packshort
 import jupyter_gpushare.core.placement as placement_mod
 from jupyter_gpushare.core.placement import make_ahead, place, shape_of
 
+_FRESH = ("_cache", "_memo", "_by_shape", "_floors")
+
 
 def _full_scan(state, request):  # type: ignore[no-untyped-def]
-    """What a full scan answers under each pool's target in use (no list, no learning)."""
+    """What a full scan answers under each pool's target in use (no list, no learning),
+    every gradient computed afresh (none of the index's memos: a memo made ahead for the
+    wrong target or signatures would be read by both sides otherwise)."""
     idx = placement_mod._index(state)
-    saved = {name: pidx._cache for name, pidx in idx.pools.items()}
+    saved = {name: [getattr(pidx, a) for a in _FRESH] for name, pidx in idx.pools.items()}
     for pidx in idx.pools.values():
-        pidx._cache = {}
+        for attr in _FRESH:
+            setattr(pidx, attr, {})
     try:
         return place(state, request, observe=False)
     finally:
         for name, pidx in idx.pools.items():
-            pidx._cache = saved[name]
+            for attr, value in zip(_FRESH, saved[name], strict=True):
+                setattr(pidx, attr, value)
 
 
 @settings(max_examples=80, deadline=None)
@@ -42,22 +49,20 @@ def _full_scan(state, request):  # type: ignore[no-untyped-def]
 def test_answers_stay_the_full_scans_while_the_next_target_is_made_ahead(
     node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
-    short, reserve = packshort._SHORT_LIST, packshort._RESERVE
+    short, reserve, sigs = packshort._SHORT_LIST, packshort._RESERVE, packindex._SIG_LIMIT
     packshort._SHORT_LIST = 1  # (lists of one and a short reserve: they run out, and the
     packshort._RESERVE = data.draw(st.sampled_from([1, 2]))  # windows' cuts bite)
-    taken = 0
+    # (a few signatures: they are made again now and then, a next target waiting or not)
+    packindex._SIG_LIMIT = data.draw(st.sampled_from([1 << 20, 6]))
     try:
         state = make_state(node_specs, 0.0)
         pool = data.draw(st.lists(st.sampled_from(reqs), min_size=1, max_size=4))
         for i in range(80):
             if data.draw(st.booleans()):
                 make_ahead(state, data.draw(st.integers(1, 12)))  # windows of 1-12 positions
-            pidx = placement_mod._index(state).pools["shared"]
-            waiting = pidx.next
             kind, amount, cpu, ram, models = data.draw(st.sampled_from(pool))
             request = make_request(i, kind, amount, cpu, ram, models)
             got = place(state, request)
-            taken += waiting is not None and pidx.next is not waiting
             assert got == _full_scan(state, request), i
             if got is not None:
                 state.apply(grant_for(i, request, got))
@@ -68,6 +73,7 @@ def test_answers_stay_the_full_scans_while_the_next_target_is_made_ahead(
                 state.cordon(name, not state.nodes[name].cordoned)
     finally:
         packshort._SHORT_LIST, packshort._RESERVE = short, reserve
+        packindex._SIG_LIMIT = sigs
 
 
 def test_a_new_target_waits_for_its_lists_and_comes_with_them() -> None:
@@ -121,3 +127,23 @@ def test_a_next_target_not_made_in_time_is_taken_at_the_next_one() -> None:
     assert pidx.table is new
     assert pidx.next is not None and pidx.next is not waiting
     assert pidx.next.todo == [shape_of(other), shape_of(ask)]  # (its shapes: most asked first)
+
+
+def test_signatures_made_again_take_the_waiting_target_first() -> None:
+    """A waiting target's memos are keyed by node signatures: when the pool makes its
+    signatures again (too many interned), it takes the waiting target first, so that
+    those memos are dropped with the others rather than read under new numbers."""
+    state = make_state([(4, "T4", 32000, 262144)] * 4, 0.0)
+    make_ahead(state, 1)
+    for request in [
+        make_request(0, "fraction", 500, 1000, 1024, ()),
+        make_request(1, "whole", 1, 1000, 1024, ()),
+    ]:
+        place(state, request)
+    pidx = placement_mod._index(state).pools["shared"]
+    waiting = pidx.next
+    assert waiting is not None
+    new = waiting.table
+    pidx._reintern()
+    assert pidx.next is None and pidx.table is new
+    assert not pidx._memo and not pidx._by_shape and not pidx._floors
