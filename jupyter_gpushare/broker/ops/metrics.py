@@ -107,12 +107,13 @@ class _StateCollector(Collector):
         warm_steps = CounterMetricFamily(
             "gpushare_why_warm_steps",
             "Steps between requests that read nodes into the refusal tables made ahead "
-            "(BrokerApp.why_warm_interval_s)",
+            "or node positions into the next placement targets' lists "
+            "(BrokerApp.why_warm_interval_s, why_warm_positions)",
         )
         warm_seconds = CounterMetricFamily(
             "gpushare_why_warm_seconds",
             "Seconds of the event loop those steps took (the background cost of the refusal "
-            "tables made ahead)",
+            "tables and the next placement targets made ahead)",
         )
         warmer = self.metrics.warmer
         warm_steps.add_metric([], warmer.steps if warmer else 0)
