@@ -206,10 +206,8 @@ class PoolIndex(ShortLists):
         """Take the next target with the lists and memos made for it; drop the old ones."""
         nxt, self.next = self.next, None
         assert nxt is not None
-        nxt.swap(self)  # (nxt now holds the old target's)
-        old = [nxt._memo, nxt._floors, nxt._cache, *nxt._by_shape.values()]
-        old.extend(v for v in vars(nxt.table).values() if isinstance(v, dict))
-        self._dropped.extend(d for d in old if d)
+        self._drop_memos(*(v for v in vars(self.table).values() if isinstance(v, dict)))
+        nxt.swap(self)  # (nxt now holds the old target's, emptied)
 
     def _fractions(self) -> list[tuple[int, float]]:
         """(per-GPU milli, GPUs asked) of every fraction seen (not only the target's
