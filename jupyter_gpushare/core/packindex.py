@@ -189,17 +189,21 @@ class PoolIndex(ShortLists):
         return True
 
     def make_ahead(self, budget: int) -> int:
-        """Make the next target's lists between requests, at most ``budget`` positions read
-        (:class:`.packnext.NextTarget`); take it once they are made. Returns those read."""
+        """Make the next target's lists between requests (:class:`.packnext.NextTarget`),
+        taking it once they are made; with what is left of ``budget`` (positions and rows
+        read), bring the stalest short lists up to date (:meth:`.packshort.ShortLists.freshen`).
+        Returns what was read (0: nothing to do)."""
+        read = 0
         nxt = self.next
-        if nxt is None:
-            return 0
-        if not nxt.todo:  # the shapes first asked while it waits: their lists too
-            made = nxt.shapes()
-            nxt.todo.extend(shape for shape in self._cache if shape not in made)
-        read = nxt.make(self, budget, self._kind_heads)
-        if nxt.ready:
-            self._take_next()
+        if nxt is not None:
+            if not nxt.todo:  # the shapes first asked while it waits: their lists too
+                made = nxt.shapes()
+                nxt.todo.extend(shape for shape in self._cache if shape not in made)
+            read = nxt.make(self, budget, self._kind_heads)
+            if nxt.ready:
+                self._take_next()
+        if read < budget:
+            read += self.freshen(budget - read, self._kind_heads())
         return read
 
     def _take_next(self) -> None:

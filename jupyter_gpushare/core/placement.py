@@ -115,9 +115,11 @@ def _index(state: ClusterState) -> _Index:
 def make_ahead(state: ClusterState, budget: int) -> int:
     """One slice of work between requests (the broker's ``WhyWarmer``): the short lists of
     each pool's next target, at most ``budget`` node positions read
-    (:class:`.packnext.NextTarget`). From the first call on, a pool's new target waits
-    until its lists are made (or the next one is published), so that no request after it
-    pays for a full scan with cold memos. Returns the positions read (0: nothing to do)."""
+    (:class:`.packnext.NextTarget`), then the stalest short lists in use brought up to date
+    and those running low carried on (:meth:`.packshort.ShortLists.freshen`). From the
+    first call on, a pool's new target waits until its lists are made (or the next one is
+    published), so that no request after it pays for a full scan with cold memos. Returns
+    the positions and rows read (0: nothing to do)."""
     idx = _index(state)  # (in step with the state)
     idx.ahead = True
     read = 0

@@ -107,13 +107,14 @@ class _StateCollector(Collector):
         warm_steps = CounterMetricFamily(
             "gpushare_why_warm_steps",
             "Steps between requests that read nodes into the refusal tables made ahead "
-            "or node positions into the next placement targets' lists "
+            "or node positions into the next placement targets' lists, or rows into the "
+            "short lists in use "
             "(BrokerApp.why_warm_interval_s, why_warm_positions)",
         )
         warm_seconds = CounterMetricFamily(
             "gpushare_why_warm_seconds",
             "Seconds of the event loop those steps took (the background cost of the refusal "
-            "tables and the next placement targets made ahead)",
+            "tables, the next placement targets made ahead and the short lists kept up)",
         )
         warmer = self.metrics.warmer
         warm_steps.add_metric([], warmer.steps if warmer else 0)

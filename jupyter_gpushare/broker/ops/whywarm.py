@@ -15,8 +15,10 @@ The same steps make each pool's next placement target ahead (``core/placement.ma
 ``core/packnext.py``): a new target waits until the short lists of the shapes asked lately
 are made for it, at most ``positions_per_step`` node positions read per step, so that no
 request after it pays for a full scan with cold memos (on cpu-heavy at ``--scale 10`` most
-of the decisions over 10 ms left). ``positions_per_step = 0``: a new target is taken at
-once, as before.
+of the decisions over 10 ms left); with what a step has left, the short lists in use are
+kept up (brought up to date, carried on where they run low: ``ShortLists.freshen`` in
+``core/packshort.py``). ``positions_per_step = 0``: a new target is taken at once and no
+list is kept up, as before.
 """
 
 from __future__ import annotations
