@@ -50,12 +50,13 @@ def test_answers_stay_the_full_scans_while_the_next_target_is_made_ahead(
     node_specs: list, reqs: list, data: st.DataObject
 ) -> None:
     short, reserve, sigs = packshort._SHORT_LIST, packshort._RESERVE, packindex._SIG_LIMIT
-    stale, low = packshort._STALE, packshort._LOW_WATER
+    stale, low, shapes = packshort._STALE, packshort._LOW_WATER, packshort._CACHE_SHAPES
     packshort._SHORT_LIST = 1  # (lists of one and a short reserve: they run out, and the
     packshort._RESERVE = data.draw(st.sampled_from([1, 2]))  # windows' cuts bite)
     # (lists brought up to date between requests: every one, or the oldest few)
     packshort._STALE = data.draw(st.sampled_from([0, 3, 64]))
     packshort._LOW_WATER = data.draw(st.sampled_from([1, 3]))  # (3: carried on every time)
+    packshort._CACHE_SHAPES = data.draw(st.sampled_from([512, 2]))  # (2: lists dropped)
     # (a few signatures: they are made again now and then, a next target waiting or not)
     packindex._SIG_LIMIT = data.draw(st.sampled_from([1 << 20, 6]))
     try:
@@ -78,6 +79,7 @@ def test_answers_stay_the_full_scans_while_the_next_target_is_made_ahead(
     finally:
         packshort._SHORT_LIST, packshort._RESERVE = short, reserve
         packindex._SIG_LIMIT, packshort._STALE, packshort._LOW_WATER = sigs, stale, low
+        packshort._CACHE_SHAPES = shapes
 
 
 def test_a_new_target_waits_for_its_lists_and_comes_with_them() -> None:

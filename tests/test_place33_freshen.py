@@ -155,3 +155,17 @@ def test_a_list_carried_on_is_the_full_scans_and_full_again(small_lists: None) -
         held = sorted(listed.short + [e for e, _ in listed.reserve.values()])
         assert [e[0] for e in held] == [e[0] for e in every if e[0] < listed.rbound]
         assert len(held) == min(len(every), keep * packshort._RESERVE)
+
+
+def test_the_shape_asked_least_recently_is_the_one_dropped() -> None:
+    state = make_state([(4, "T4", 64000, 262144)] * 6, 0.0)
+    asks = [make_request(i, "fraction", 100 * (i + 1), 500, 1024, ()) for i in range(4)]
+    saved = packshort._CACHE_SHAPES
+    packshort._CACHE_SHAPES = 3
+    try:
+        for request in [asks[0], asks[1], asks[2], asks[0], asks[3]]:
+            assert place(state, request, observe=False) is not None
+    finally:
+        packshort._CACHE_SHAPES = saved
+    pidx = placement_mod._index(state).pools["shared"]
+    assert list(pidx._cache) == [shape_of(asks[i]) for i in (2, 0, 3)]  # (1: least recent)
