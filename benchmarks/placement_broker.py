@@ -25,7 +25,8 @@ the broker's service instead, in a process of their own per run:
   seconds between two requests (ten times that after a step with nothing to do), at most
   ``--warm-nodes`` nodes read per step; and in the same steps each pool's next placement
   target made ahead (``BrokerApp.why_warm_positions``, ``core/packnext.py``):
-  ``placement.make_ahead``, at most ``--ahead`` node positions read per step.
+  ``placement.make_ahead``, at most ``--ahead`` node positions read per step, and with what
+  is left the short lists in use kept up (``ShortLists.freshen``, ``core/packshort.py``).
 
 The baseline arms, in the same invocation right before, are the same run with CPython's own
 collector schedule and nothing frozen (``--pace 0``, as a harness), and the broker's
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--ahead", type=int, default=4000,
         help="node positions read per warm step into the next targets' lists "
-        "(why_warm_positions; core/packnext.py); 0: a new target is taken at once",
+        "and rows into the short lists kept up (why_warm_positions; core/packnext.py, "
+        "ShortLists.freshen); 0: a new target is taken at once, no list kept up",
     )
     ap.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
