@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .fragmentation import FragTable, Shape
 from .packrows import NodeView
 from .packscan import Scored
-from .packshort import _RESERVE, ShortLists, _Cached
+from .packshort import _RESERVE, ShortLists, filed
 
 SWAPPED = ("table", "scale", "weight", "step", "_memo", "_floors", "_by_shape", "_cache")
 """The pool index's attributes that belong to its target (everything else, the nodes' rows,
@@ -121,11 +121,4 @@ class NextTarget:
     def _install(index: ShortLists, job: _Making, most: int) -> None:
         """The list made, as a full scan keeps it (:meth:`.packshort.ShortLists._lookup`)."""
         ranked = sorted(job.rows)
-        rbound = job.cut
-        if len(ranked) > most:
-            rbound = min(rbound, ranked[most][0])
-            del ranked[most:]
-        keep = index._short_len()
-        bound = ranked[keep][0] if len(ranked) > keep else rbound
-        reserve = {e[2].pos: (e, job.stamp) for e in ranked[keep:]}
-        index._cache[job.shape] = _Cached(job.stamp, bound, ranked[:keep], rbound, reserve)
+        index._cache[job.shape] = filed(job.stamp, ranked, job.cut, index._short_len(), most)

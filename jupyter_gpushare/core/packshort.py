@@ -29,7 +29,6 @@ class ShortLists(RankedScan):
     clock: int  # refreshes so far
     changed: dict[int, int]  # position -> clock of its last refresh, oldest first
     _cache: dict[Shape, _Cached]
-    _rescored: int  # rows the last _bring_up scored again
 
     def _lookup(self, shape: Shape, mem: int, heads: list[NodeView]) -> Scored | None:
         """The best node for ``shape`` with ``mem`` RAM: from the shape's short list when it
@@ -110,7 +109,7 @@ class ShortLists(RankedScan):
         in a full cluster, most requests of a shape that failed once fail again: without
         this, each was a full scan).
         """
-        merged, fresh = self._bring_up(cached, shape, mem, heads)
+        merged, fresh, _ = self._bring_up(cached, shape, mem, heads)
         for e in merged:
             if e[1] >= mem:
                 return e
@@ -121,11 +120,11 @@ class ShortLists(RankedScan):
 
     def _bring_up(
         self, cached: _Cached, shape: Shape, mem: int, heads: list[NodeView]
-    ) -> tuple[list[Scored], set[int]]:
+    ) -> tuple[list[Scored], set[int], int]:
         """Bring a shape's list up to date: score again the nodes changed since it was made
         and the heads of untouched kinds (the scan prunes against the best with room for
-        ``mem``; any ``mem`` leaves a list true to its invariant). Returns the list and
-        the positions scored again; ``self._rescored``: how many rows that read."""
+        ``mem``; any ``mem`` leaves a list true to its invariant). Returns the list, the
+        positions scored again and the rows that read."""
         since = cached.stamp
         changed: set[int] = set()
         for pos in reversed(self.changed):
@@ -160,8 +159,7 @@ class ShortLists(RankedScan):
                     reserve[e[2].pos] = (e, now)
             del merged[keep:]
         cached.stamp, cached.bound, cached.short, cached.rbound = now, bound, merged, rbound
-        self._rescored = len(rows)
-        return merged, fresh
+        return merged, fresh, len(rows)
 
     def freshen(self, budget: int, heads: list[NodeView]) -> int:
         """Between requests: carry on the lists running low (:meth:`_extend`), then bring
@@ -190,8 +188,7 @@ class ShortLists(RankedScan):
                 break
             cached = self._cache[shape]
             if plenty:
-                self._bring_up(cached, shape, 0, heads)
-                read += self._rescored
+                read += self._bring_up(cached, shape, 0, heads)[2]
             else:
                 read += self._extend(cached, shape, heads)
         return read
@@ -204,18 +201,12 @@ class ShortLists(RankedScan):
         Its entries and valid reserve are every node ranked below ``rbound``; a node not
         among them ranks at least ``rbound``, which is all the carried-on scan's stop
         assumes (a node of the list it reads again is kept once)."""
-        merged, fresh = self._bring_up(cached, shape, 0, heads)
-        read = self._rescored
+        merged, fresh, read = self._bring_up(cached, shape, 0, heads)
         if cached.rbound == float("inf"):
             return read  # the list holds every node that fits: nothing lies beyond
-        now, changed = self.clock, self.changed
         have = {e[2].pos: e for e in merged}
-        for e, made in cached.reserve.values():
-            pos = e[2].pos
-            if e[0] < cached.rbound and (
-                made == now or (pos not in fresh and not e[2].pristine and changed[pos] <= made)
-            ):
-                have.setdefault(pos, e)
+        for e in self._reserve_held(cached, fresh):
+            have.setdefault(e[2].pos, e)
         counted = [0]
         parts = [
             (floor, _counted(rows, counted))
@@ -229,32 +220,30 @@ class ShortLists(RankedScan):
         for e in scored:
             have[e[2].pos] = e
         ranked = sorted(e for e in have.values() if e[0] < cut)
-        rbound = cut
-        if len(ranked) > most:
-            rbound = ranked[most][0]
-            del ranked[most:]
-        bound = ranked[keep][0] if len(ranked) > keep else rbound
-        reserve = {e[2].pos: (e, now) for e in ranked[keep:]}
-        self._cache[shape] = _Cached(now, bound, ranked[:keep], rbound, reserve)
+        self._cache[shape] = filed(self.clock, ranked, cut, keep, most)
         return read + counted[0]
+
+    def _reserve_held(self, cached: _Cached, fresh: set[int]) -> Iterator[Scored]:
+        """The reserve's valid entries ranked below its bound (below its rank the list is
+        no longer known complete). An entry is valid when made at this clock, or when its
+        node has not changed since it was made and is not untouched (an untouched node is
+        scored only as the head of its kind, and every head is in ``fresh``: scored again)."""
+        now, changed, rbound = self.clock, self.changed, cached.rbound
+        for e, made in cached.reserve.values():
+            pos = e[2].pos
+            if e[0] < rbound and (
+                made == now or (pos not in fresh and not e[2].pristine and changed[pos] <= made)
+            ):
+                yield e
 
     def _refill(
         self, cached: _Cached, short: list[Scored], fresh: set[int], mem: int
     ) -> Scored | None | object:
-        """The short list has no node with room: take the reserve's valid entries into it.
-
-        A reserve entry is valid when made in this lookup, or when its node has not changed
-        since it was made and is not untouched (an untouched node is scored only as the
-        head of its kind, and every head was scored again in this lookup).
-        """
-        now, changed, rbound = self.clock, self.changed, cached.rbound
+        """The short list has no node with room: take the reserve's valid entries into it
+        (:meth:`_reserve_held`)."""
+        now = self.clock
         ranked = list(short)
-        for e, made in cached.reserve.values():
-            pos = e[2].pos
-            if e[0] >= rbound:
-                continue  # (below its rank the list is no longer known complete)
-            if made == now or (pos not in fresh and not e[2].pristine and changed[pos] <= made):
-                ranked.append(e)
+        ranked.extend(self._reserve_held(cached, fresh))
         ranked.sort()
         keep = self._short_len()
         cached.short = ranked[:keep]
@@ -264,6 +253,19 @@ class ShortLists(RankedScan):
             if e[1] >= mem:
                 return e
         return None if cached.rbound == float("inf") else _MISS
+
+
+def filed(stamp: int, ranked: list[Scored], cut: float, keep: int, most: int) -> _Cached:
+    """A shape's list as of ``stamp`` from ``ranked``, every row ranked below ``cut`` in
+    rank order: its first ``keep`` the short list, the next up to ``most`` in all its
+    reserve, complete below the rank of the first left out (or ``cut``)."""
+    rbound = cut
+    if len(ranked) > most:
+        rbound = min(rbound, ranked[most][0])
+        ranked = ranked[:most]
+    bound = ranked[keep][0] if len(ranked) > keep else rbound
+    reserve = {e[2].pos: (e, stamp) for e in ranked[keep:]}
+    return _Cached(stamp, bound, ranked[:keep], rbound, reserve)
 
 
 _SHORT_LIST = 24
